@@ -1,0 +1,87 @@
+"""The ``agl-stream`` command line.
+
+Sub-command groups live with the service they drive (``topics/cli.py``, ``processors/cli.py``, ...)
+and are registered here by dotted path, so ``agl_stream`` never imports a service package at import
+time and a missing optional extra only disables its own commands, with a message saying which
+extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Optional
+
+import typer
+
+from agl_stream.config import SettingsError
+
+#: name -> ("module:attribute" of a typer.Typer or a function, help, pip extra that provides it)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "broker": ("agl_stream.cli.broker:broker", "Run the local Kafka-protocol broker (Tansu).", "broker"),
+    "topics": ("topics.cli:app", "Create, list and describe the agl topics.", "base"),
+}
+
+app = typer.Typer(
+    name="agl-stream",
+    help="agl-stream: train AI agents with RL over Kafka, faust and ClickHouse.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    log_level: str = typer.Option("INFO", "--log-level", envvar="AGL_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR"),
+) -> None:
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise typer.BadParameter(f"unknown log level {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("aiokafka", "kafka"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def _missing_extra(name: str, extra: str, error: Exception) -> typer.Typer:
+    sub = typer.Typer(help=f"(unavailable: {error})")
+
+    @sub.callback(invoke_without_command=True)
+    def _unavailable() -> None:
+        typer.echo(f"'agl-stream {name}' needs the '{extra}' extra: pip install 'agl-stream[{extra}]' ({error})", err=True)
+        raise typer.Exit(2)
+
+    return sub
+
+
+def _register(target: typer.Typer, only: Optional[str] = None) -> None:
+    for name, (path, help_text, extra) in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            continue
+        module_name, _, attr = path.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except ModuleNotFoundError as exc:
+            target.add_typer(_missing_extra(name, extra, exc), name=name, help=help_text)
+            continue
+        if isinstance(obj, typer.Typer):
+            target.add_typer(obj, name=name, help=help_text)
+        else:
+            target.command(name=name, help=help_text)(obj)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    # Only import the group being run (keeps `agl-stream runner` free of processor/trainer imports).
+    first = next((a for a in args if not a.startswith("-")), None)
+    _register(app, only=first if first in SUBCOMMANDS else None)
+    try:
+        app(args=args, prog_name="agl-stream")
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""One settings object for every service, read from ``AGL_*`` environment variables and flags.
+
+Each field ``foo_bar`` is read from ``AGL_FOO_BAR``; explicit keyword overrides (CLI flags) win over
+the environment. Bad values raise :class:`SettingsError` naming the variable and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agl_stream.env_var import parse_bool
+
+ENV_PREFIX = "AGL_"
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+Role = Literal["algorithm", "runner", "both"]
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the env var."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Kafka. No bootstrap means "start the local Tansu broker" where a service is allowed to.
+    kafka_bootstrap: Optional[str] = Field(default=None, description="host:port[,host:port]; unset = local broker")
+    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
+    kafka_sasl_mechanism: Optional[SaslMechanism] = None
+    kafka_sasl_username: Optional[str] = None
+    kafka_sasl_password: Optional[str] = Field(default=None, repr=False)
+    kafka_ssl_cafile: Optional[Path] = None
+    kafka_ssl_certfile: Optional[Path] = None
+    kafka_ssl_keyfile: Optional[Path] = None
+    kafka_client_id: str = "agl-stream"
+    kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
+    kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = None
+    topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$")
+    partitions: int = Field(default=4, ge=1, le=1024, description="partitions of rollout-keyed topics")
+    replication_factor: int = Field(default=1, ge=1)
+
+    # Storage.
+    data_dir: Path = Field(default_factory=lambda: Path.cwd() / ".agl")
+    clickhouse_dsn: Optional[str] = Field(default=None, description="chdb:///abs/path or http(s)://user:pass@host:8123/db")
+
+    # Process roles (upstream's AGL_CURRENT_ROLE) and logging.
+    current_role: Role = "both"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _check_bootstrap(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return None
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        for host in hosts:
+            name, sep, port = host.rpartition(":")
+            if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{host!r} is not host:port")
+        return ",".join(hosts)
+
+    @field_validator("clickhouse_dsn")
+    @classmethod
+    def _check_dsn(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not value.startswith(("chdb://", "http://", "https://")):
+            raise ValueError(f"{value!r} must start with chdb://, http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> "Settings":
+        if self.kafka_security_protocol.startswith("SASL_"):
+            if self.kafka_sasl_mechanism is None:
+                raise ValueError("kafka_sasl_mechanism is required with a SASL_* security protocol")
+            if self.kafka_sasl_mechanism != "OAUTHBEARER" and not (self.kafka_sasl_username and self.kafka_sasl_password):
+                raise ValueError("kafka_sasl_username and kafka_sasl_password are required for SASL PLAIN/SCRAM")
+        return self
+
+    # ---------------------------------------------------------------- construction
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: Any) -> "Settings":
+        """Build settings from ``AGL_*`` variables, then apply non-None ``overrides`` (flags)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            var = ENV_PREFIX + name.upper()
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            values[name] = _coerce(var, raw.strip(), field.annotation)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors(include_url=False):
+                loc = err["loc"][0] if err["loc"] else ""
+                var = f"{ENV_PREFIX}{str(loc).upper()}" if loc else "settings"
+                problems.append(f"{var}: {err['msg']}")
+            raise SettingsError("invalid settings: " + "; ".join(problems)) from None
+
+    # ---------------------------------------------------------------- derived values
+
+    @property
+    def effective_clickhouse_dsn(self) -> str:
+        return self.clickhouse_dsn or f"chdb://{(self.data_dir / 'clickhouse').resolve()}"
+
+    def topic(self, short_name: str) -> str:
+        """Full topic name for a catalog short name, e.g. ``tasks`` -> ``agl.tasks``."""
+        return f"{self.topic_prefix}.{short_name}"
+
+
+def _coerce(var: str, raw: str, annotation: Any) -> Any:
+    """Env strings to field types; bools follow upstream's truthy/falsy rules."""
+    target = annotation
+    if get_origin(target) is not None and type(None) in get_args(target):
+        target = next(a for a in get_args(target) if a is not type(None))
+    if target is bool:
+        try:
+            return parse_bool(var, raw)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+    return raw  # pydantic validates and converts (ints, paths, literals)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings.from_env(**overrides)

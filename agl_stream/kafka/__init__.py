@@ -1,0 +1,18 @@
+"""Thin async Kafka clients shared by every service (aiokafka underneath)."""
+
+from agl_stream.kafka._consumer import Decoded, RecordConsumer, Rejected
+from agl_stream.kafka._offsets import OffsetTracker
+from agl_stream.kafka._options import connection_options
+from agl_stream.kafka._producer import KafkaUnavailable, RecordProducer, is_retriable, start_with_retry
+
+__all__ = [
+    "Decoded",
+    "KafkaUnavailable",
+    "OffsetTracker",
+    "RecordConsumer",
+    "RecordProducer",
+    "Rejected",
+    "connection_options",
+    "is_retriable",
+    "start_with_retry",
+]

@@ -1,0 +1,182 @@
+"""Async record consumer over aiokafka: decoding into models, dead letters, commit-after-done.
+
+Auto-commit is off. The application marks records done (:meth:`RecordConsumer.done`) once their
+effect is durable, and :meth:`RecordConsumer.commit` commits each partition up to its first
+unfinished record. On a rebalance the consumer commits what is done before giving partitions
+away, so a restart or a new group member resumes where processing really stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Generic, Iterable, Optional, Sequence, TypeVar
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from pydantic import BaseModel
+
+from agl_stream.config import Settings
+from agl_stream.kafka._offsets import OffsetTracker
+from agl_stream.kafka._options import connection_options
+from agl_stream.kafka._producer import start_with_retry
+from agl_stream.serialization import RecordError, decode
+
+logger = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Decoded(Generic[M]):
+    """A decoded record with where it came from."""
+
+    value: M
+    record: ConsumerRecord
+
+    @property
+    def key(self) -> Optional[str]:
+        return self.record.key.decode(errors="replace") if self.record.key is not None else None
+
+    @property
+    def headers(self) -> dict[str, bytes]:
+        return dict(self.record.headers or ())
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record that failed to decode, with the reason."""
+
+    error: RecordError
+    record: ConsumerRecord
+
+
+class _CommitOnRevoke(ConsumerRebalanceListener):
+    def __init__(self, owner: "RecordConsumer") -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        revoked = list(revoked)
+        try:
+            await self.owner.commit()
+        except Exception as exc:  # the group may already be gone; the records will simply be replayed
+            logger.warning("commit before rebalance failed (records will be redelivered): %r", exc)
+        self.owner.tracker.forget(revoked)  # type: ignore[arg-type]
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self.owner.assignment_changed.set()
+
+
+class RecordConsumer:
+    def __init__(
+        self,
+        settings: Settings,
+        topics: Sequence[str],
+        group_id: Optional[str],
+        bootstrap: Optional[str] = None,
+        *,
+        auto_offset_reset: str = "earliest",
+        max_poll_records: int = 1000,
+        start_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        self.settings = settings
+        self.topics = list(topics)
+        self.group_id = group_id
+        self.start_timeout = start_timeout
+        self.tracker = OffsetTracker()
+        self.assignment_changed = asyncio.Event()
+        self._consumer = AIOKafkaConsumer(
+            **connection_options(settings, bootstrap),
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=auto_offset_reset,
+            max_poll_records=max_poll_records,
+            session_timeout_ms=settings.kafka_session_timeout_ms,
+            heartbeat_interval_ms=max(300, settings.kafka_session_timeout_ms // 4),
+            rebalance_timeout_ms=max(settings.kafka_session_timeout_ms, 10_000),
+            **kwargs,
+        )
+        self._started = False
+
+    @property
+    def raw(self) -> AIOKafkaConsumer:
+        return self._consumer
+
+    async def start(self) -> "RecordConsumer":
+        if self._started:
+            return self
+        if self.group_id is not None:
+            self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
+        await start_with_retry(self._consumer, f"consumer {self.group_id or ''}", self.start_timeout)
+        if self.group_id is None:  # no group: read every partition of the topics
+            partitions = []
+            for topic in self.topics:
+                for p in sorted(self._consumer.partitions_for_topic(topic) or ()):
+                    partitions.append(TopicPartition(topic, p))
+            self._consumer.assign(partitions)
+        self._started = True
+        return self
+
+    async def __aenter__(self) -> "RecordConsumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def getmany(self, timeout: float = 1.0, max_records: Optional[int] = None) -> list[ConsumerRecord]:
+        """Fetch raw records; each is tracked as delivered until marked :meth:`done`."""
+        batches = await self._consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
+        out: list[ConsumerRecord] = []
+        for tp, records in batches.items():
+            for record in records:
+                self.tracker.delivered(tp, record.offset)
+                out.append(record)
+        return out
+
+    async def get_decoded(
+        self, model: type[M], timeout: float = 1.0, max_records: Optional[int] = None
+    ) -> tuple[list[Decoded[M]], list[Rejected]]:
+        """Fetch and decode; records that fail to decode come back as :class:`Rejected`, never raised."""
+        good: list[Decoded[M]] = []
+        bad: list[Rejected] = []
+        for record in await self.getmany(timeout, max_records):
+            try:
+                good.append(Decoded(decode(record.value, model), record))
+            except RecordError as err:
+                bad.append(Rejected(err, record))
+        return good, bad
+
+    def done(self, record: ConsumerRecord) -> None:
+        self.tracker.done(TopicPartition(record.topic, record.partition), record.offset)
+
+    def done_many(self, records: Iterable[ConsumerRecord]) -> None:
+        for record in records:
+            self.done(record)
+
+    async def commit(self) -> dict[TopicPartition, int]:
+        """Commit every partition up to its first unfinished record; returns what was committed."""
+        if self.group_id is None:
+            return {}
+        offsets = self.tracker.committable()
+        if not offsets:
+            return {}
+        assigned = self._consumer.assignment()
+        offsets = {tp: off for tp, off in offsets.items() if tp in assigned}
+        if offsets:
+            await self._consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in offsets.items()})  # type: ignore[misc]
+            self.tracker.committed(offsets)  # type: ignore[arg-type]
+        return offsets  # type: ignore[return-value]
+
+    async def stop(self, commit: bool = True) -> None:
+        if not self._started:
+            return
+        self._started = False
+        try:
+            if commit:
+                await self.commit()
+        except Exception as exc:
+            logger.warning("final commit failed (records will be redelivered): %r", exc)
+        finally:
+            await self._consumer.stop()

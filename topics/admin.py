@@ -1,0 +1,157 @@
+"""Create missing topics and verify existing ones against the catalog.
+
+Mismatches (partition count, cleanup policy) are reported, never silently accepted: a topic with
+the wrong partition count breaks co-partitioning, a non-compacted ``agl.rollouts`` grows forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError
+
+from agl_stream.config import Settings
+from agl_stream.kafka import connection_options, start_with_retry
+from topics.catalog import CATALOG, TopicSpec
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TopicState:
+    name: str
+    partitions: Optional[int]
+    cleanup_policy: Optional[str]
+    expected_partitions: int
+    expected_cleanup_policy: str
+    created: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class TopicsReport:
+    topics: list[TopicState]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.topics)
+
+    @property
+    def created(self) -> list[str]:
+        return [t.name for t in self.topics if t.created]
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{t.name}: {p}" for t in self.topics for p in t.problems]
+
+
+class TopicMismatchError(RuntimeError):
+    def __init__(self, report: TopicsReport) -> None:
+        super().__init__("existing topics do not match the catalog:\n  " + "\n  ".join(report.problems))
+        self.report = report
+
+
+async def _admin(settings: Settings, bootstrap: Optional[str]) -> AIOKafkaAdminClient:
+    admin = AIOKafkaAdminClient(**connection_options(settings, bootstrap), request_timeout_ms=15_000)
+    await start_with_retry(admin, "admin", 30.0)
+    return admin
+
+
+async def _describe(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, TopicState]:
+    """Partition counts and cleanup policies of the named topics that exist."""
+    existing = set(await admin.list_topics())
+    present = [n for n in names if n in existing]
+    if not present:
+        return {}
+    states: dict[str, TopicState] = {}
+    for meta in await admin.describe_topics(present):
+        name = meta["topic"]
+        states[name] = TopicState(name, len(meta.get("partitions") or ()), None, 0, "")
+    resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in present]
+    for response in await admin.describe_configs(resources):
+        for resource in response.resources:
+            _err, _msg, _type, name, entries = resource[:5]
+            for entry in entries:
+                if entry[0] == "cleanup.policy" and name in states:
+                    states[name].cleanup_policy = entry[1]
+    return states
+
+
+async def ensure_topics(
+    settings: Settings,
+    bootstrap: Optional[str] = None,
+    specs: Sequence[TopicSpec] = CATALOG,
+    *,
+    strict: bool = False,
+) -> TopicsReport:
+    """Create missing topics with their partitions and config; report mismatches of existing ones.
+
+    With ``strict`` a mismatch raises :class:`TopicMismatchError`.
+    """
+    admin = await _admin(settings, bootstrap)
+    try:
+        names = [s.name(settings) for s in specs]
+        states = await _describe(admin, names)
+        missing = [s for s in specs if s.name(settings) not in states]
+        if missing:
+            new = [
+                NewTopic(
+                    s.name(settings),
+                    num_partitions=s.partitions(settings),
+                    replication_factor=settings.replication_factor,
+                    topic_configs=s.config(),
+                )
+                for s in missing
+            ]
+            try:
+                await admin.create_topics(new, timeout_ms=15_000)
+            except TopicAlreadyExistsError:
+                pass  # another process created them concurrently; verified below
+            await asyncio.sleep(0)
+            states.update(await _describe(admin, [s.name(settings) for s in missing]))
+        report = TopicsReport([])
+        for s in specs:
+            name = s.name(settings)
+            state = states.get(name) or TopicState(name, None, None, 0, "")
+            state.expected_partitions = s.partitions(settings)
+            state.expected_cleanup_policy = s.cleanup_policy
+            state.created = s in missing
+            if state.partitions is None:
+                state.problems.append("topic does not exist after creation")
+            elif state.partitions != state.expected_partitions:
+                state.problems.append(f"has {state.partitions} partitions, catalog expects {state.expected_partitions}")
+            if state.cleanup_policy is not None and state.cleanup_policy != s.cleanup_policy:
+                state.problems.append(f"cleanup.policy is {state.cleanup_policy!r}, catalog expects {s.cleanup_policy!r}")
+            report.topics.append(state)
+        if strict and not report.ok:
+            raise TopicMismatchError(report)
+        for problem in report.problems:
+            logger.error("topic mismatch: %s", problem)
+        return report
+    finally:
+        await admin.close()
+
+
+async def describe_topics(
+    settings: Settings, bootstrap: Optional[str] = None, specs: Sequence[TopicSpec] = CATALOG
+) -> list[TopicState]:
+    admin = await _admin(settings, bootstrap)
+    try:
+        states = await _describe(admin, [s.name(settings) for s in specs])
+    finally:
+        await admin.close()
+    out = []
+    for s in specs:
+        state = states.get(s.name(settings)) or TopicState(s.name(settings), None, None, 0, "")
+        state.expected_partitions, state.expected_cleanup_policy = s.partitions(settings), s.cleanup_policy
+        out.append(state)
+    return out

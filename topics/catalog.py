@@ -1,0 +1,81 @@
+"""The topic catalog: one declaration per topic of the design.
+
+Rollout-keyed topics share one partition count (``AGL_PARTITIONS``) so that every record of a
+rollout lands on the same partition number everywhere; the stream processors rely on that
+co-partitioning. Compacted topics keep the latest value per key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import BaseModel
+
+from agl_stream.config import Settings
+from agl_stream.types import (
+    AttemptedRollout,
+    AttemptEvent,
+    DeadLetter,
+    ResourcesUpdate,
+    RolloutSnapshot,
+    Span,
+    Trajectory,
+    Worker,
+)
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    short_name: str
+    key: str
+    value_model: type[BaseModel]
+    cleanup_policy: str  # "delete" or "compact"
+    retention_ms: Optional[int]  # None: broker default; -1: forever
+    description: str
+    co_partitioned: bool = True  # uses the shared rollout partition count
+    fixed_partitions: Optional[int] = None
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+    def name(self, settings: Settings) -> str:
+        return settings.topic(self.short_name)
+
+    def partitions(self, settings: Settings) -> int:
+        return settings.partitions if self.co_partitioned else (self.fixed_partitions or 1)
+
+    def config(self) -> dict[str, str]:
+        cfg = {"cleanup.policy": self.cleanup_policy, **self.extra_config}
+        if self.retention_ms is not None:
+            cfg["retention.ms"] = str(self.retention_ms)
+        return cfg
+
+
+CATALOG: tuple[TopicSpec, ...] = (
+    TopicSpec("tasks", "rollout_id", AttemptedRollout, "delete", 7 * DAY_MS,
+              "rollouts to run, with the attempt to run them as; runners consume in group agl-runners"),
+    TopicSpec("attempts", "rollout_id", AttemptEvent, "delete", 7 * DAY_MS,
+              "attempt lifecycle from runners: started, heartbeat, finished"),
+    TopicSpec("rollouts", "rollout_id", RolloutSnapshot, "compact", None,
+              "rollout status snapshots from the state machine; source of truth for wait_for_rollouts"),
+    TopicSpec("spans", "rollout_id", Span, "delete", 7 * DAY_MS,
+              "spans from the SDK exporter, the OTLP receiver and the LLM proxy"),
+    TopicSpec("triplets", "rollout_id", Trajectory, "delete", 7 * DAY_MS,
+              "one trajectory of triplets per finished attempt; the learner consumes in group agl-learner"),
+    TopicSpec("resources", "resources_id (plus 'latest')", ResourcesUpdate, "compact", None,
+              "versioned resources; weights travel by reference", co_partitioned=False, fixed_partitions=1),
+    TopicSpec("workers", "worker_id", Worker, "compact", None,
+              "runner heartbeats", co_partitioned=False, fixed_partitions=1),
+    TopicSpec("dlq", "source key", DeadLetter, "delete", 30 * DAY_MS,
+              "rejected records with the reason and the original bytes", co_partitioned=False, fixed_partitions=1),
+)  # fmt: skip
+
+BY_SHORT_NAME: dict[str, TopicSpec] = {spec.short_name: spec for spec in CATALOG}
+
+
+def spec(short_name: str) -> TopicSpec:
+    try:
+        return BY_SHORT_NAME[short_name]
+    except KeyError:
+        raise KeyError(f"unknown topic {short_name!r}; the catalog has {sorted(BY_SHORT_NAME)}") from None
