@@ -67,16 +67,20 @@ class LocalBroker:
         host: str = "127.0.0.1",
         storage_engine: str = DEFAULT_STORAGE,
         log_file: Optional[Path] = None,
+        advertised: Optional[str] = None,
     ) -> None:
+        """``advertised`` (host:port) lets clients reach the broker through something in between,
+        e.g. the fault-injection TCP proxy of the tests."""
         self.host = host
         self.port = port or free_port(host)
+        self.advertised = advertised
         self.storage_engine = storage_engine
         self.log_file = log_file
         self._proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.advertised or f"{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -90,11 +94,12 @@ class LocalBroker:
         if self.running:
             return self
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.advertised}" if self.advertised else url
         cmd = [
             str(tansu_binary()),
             "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", advertised,
             "--storage-engine", self.storage_engine,
         ]  # fmt: skip
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL

