@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/python examples/demo.py
+	$(BIN)/python -m examples.demo
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

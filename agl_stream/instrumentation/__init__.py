@@ -1,0 +1,1 @@
+"""Opt-in OpenTelemetry instrumentations that capture what training needs (token ids)."""
