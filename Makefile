@@ -41,7 +41,7 @@ chaos: setup
 	$(BIN)/python -m pytest tests/faults -m chaos $(PYTEST_ARGS)
 
 constraints: setup
-	$(PIP) freeze --exclude-editable | grep -v '^agl-stream' > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) .agl .pytest_cache
