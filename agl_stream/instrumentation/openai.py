@@ -20,7 +20,7 @@ from typing import Any, Callable
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agl_stream import semconv
+import agl_stream.semconv as semconv
 
 _TRACER_NAME = "agl_stream.instrumentation.openai"
 _ORIGINALS: dict[str, Callable[..., Any]] = {}

@@ -1,0 +1,1 @@
+"""Running the services of a training job: child processes and the local stack."""

@@ -1,0 +1,127 @@
+"""``agl-stream runner --agent module:object``: run an agent on the tasks of ``agl.tasks``.
+
+Parallelism has two levels: ``--n-runners N`` starts N runner *processes* (each its own consumer
+in the group ``agl-runners``, own GIL, own exporter thread), ``--concurrency C`` runs up to C
+attempts at once inside each process as asyncio tasks (sync agents in threads). Use processes
+for CPU-bound agents and concurrency for agents that mostly wait on LLMs or tools.
+
+Ctrl+C / SIGTERM: stop taking tasks, let running attempts finish (``--shutdown-grace``), flush
+spans, commit offsets, exit. A second signal cancels running attempts (reported failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import subprocess
+import sys
+from typing import Optional
+
+import typer
+
+from agl_stream.config import Settings, SettingsError
+
+logger = logging.getLogger(__name__)
+
+
+def runner(
+    agent: str = typer.Option(..., "--agent", help="the agent as module:object (LitAgent, subclass or @rollout function)"),
+    n_runners: int = typer.Option(1, "--n-runners", min=1, help="runner processes to start"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="attempts run at once per process (asyncio tasks)"),
+    max_rollouts: Optional[int] = typer.Option(None, "--max-rollouts", min=1, help="stop after this many rollouts (per process)"),
+    worker_id: Optional[str] = typer.Option(None, "--worker-id", help="worker id (default Worker-<host>-<pid>)"),
+    heartbeat_interval: float = typer.Option(10.0, "--heartbeat-interval", min=0.1, help="seconds between heartbeats"),
+    shutdown_grace: float = typer.Option(30.0, "--shutdown-grace", min=0.0, help="seconds running attempts get on stop"),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap (default AGL_KAFKA_BOOTSTRAP)"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="live progress (default: on a terminal)"),
+    log_json: bool = typer.Option(False, "--log-json", help="structured JSON log lines"),
+) -> None:
+    """Run an agent on agl.tasks; spans go to agl.spans, lifecycle to agl.attempts."""
+    if log_json:
+        from agl_stream.runner.logs import use_json_logs
+
+        use_json_logs(logging.getLogger().level or logging.INFO)
+    settings = Settings.from_env(kafka_bootstrap=bootstrap)
+    if not settings.kafka_bootstrap:
+        raise SettingsError("the runner needs a broker: set AGL_KAFKA_BOOTSTRAP or pass --bootstrap")
+    if n_runners > 1:
+        raise typer.Exit(_run_processes(n_runners, worker_id))
+    from agl_stream.runner.loader import load_agent
+
+    lit_agent = load_agent(agent)
+    asyncio.run(
+        _run_one(
+            lit_agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
+            heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress,
+        )
+    )  # fmt: skip
+
+
+async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool], **options: object) -> None:
+    from agl_stream.runner.progress import progress_wanted, show_progress
+    from agl_stream.runner.runner import LitAgentRunner
+
+    runner_ = LitAgentRunner(agent, settings, **options)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signame: str) -> None:
+        if not stop.is_set():
+            logger.info("%s: no new tasks; finishing running attempts (again to cancel them)", signame)
+            stop.set()
+        else:
+            logger.warning("%s again: cancelling running attempts", signame)
+            runner_.force_stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    display_done = asyncio.Event()
+    display = (
+        asyncio.create_task(show_progress(runner_.stats, display_done, runner_.max_rollouts))
+        if progress_wanted(progress)
+        else None
+    )
+    try:
+        await runner_.run(stop)
+    finally:
+        display_done.set()
+        if display is not None:
+            await display
+
+
+def _run_processes(n: int, worker_id: Optional[str]) -> int:
+    """Start ``n`` single-process runners with the same arguments; forward signals; return the worst exit code."""
+    args = _strip_option(sys.argv[1:], "--n-runners")
+    args = _strip_option(args, "--worker-id")
+    base = worker_id or "Worker"
+    children = []
+    for index in range(n):
+        cmd = [sys.executable, "-m", "agl_stream.cli.main", *args, "--n-runners", "1", "--worker-id", f"{base}-{index}"]
+        children.append(subprocess.Popen(cmd))
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    codes = [child.wait() for child in children]
+    return max(codes, key=abs)
+
+
+def _strip_option(args: list[str], name: str) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == name:
+            skip = True
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    return out

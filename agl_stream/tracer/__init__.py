@@ -1,0 +1,23 @@
+"""Tracing agents into agl spans: the OpenTelemetry-based tracer and its export pipeline."""
+
+from agl_stream.tracer.base import ActiveAttempt, Tracer, get_active_attempt, get_active_tracer
+from agl_stream.tracer.exporter import AttemptCounters, SpanExportPipeline
+from agl_stream.tracer.factory import create_tracer
+from agl_stream.tracer.otel import OtelTracer, install_global_processor, spans_outside_attempt
+from agl_stream.tracer.sinks import KafkaSpanSink, OtlpSpanSink, SpanSink
+
+__all__ = [
+    "ActiveAttempt",
+    "AttemptCounters",
+    "KafkaSpanSink",
+    "OtelTracer",
+    "OtlpSpanSink",
+    "SpanExportPipeline",
+    "SpanSink",
+    "Tracer",
+    "create_tracer",
+    "get_active_attempt",
+    "get_active_tracer",
+    "install_global_processor",
+    "spans_outside_attempt",
+]

@@ -1,0 +1,68 @@
+"""The algorithm-side client against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agl_stream.client import EnqueueRolloutRequest, ResourceCache, StoreClient
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordProducer
+from agl_stream.types import LLM, AttemptedRollout, PromptTemplate, RolloutConfig, RolloutSnapshot
+from tests.agl_stream.runner.helpers import collect
+
+pytestmark = pytest.mark.integration
+
+
+async def test_enqueue_preassigns_first_attempt(topics: Settings) -> None:
+    async with StoreClient(topics) as store:
+        single = await store.enqueue_rollout({"q": 1}, mode="train", resources_id="rs-1",
+                                             config=RolloutConfig(max_attempts=3, retry_condition=["failed"]),
+                                             metadata={"group": "g1"})  # fmt: skip
+        many = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i, mode="val") for i in range(3)]
+                                                 + [{"input": "dict-form"}])  # fmt: skip
+    assert single.status == "queuing" and single.rollout_id.startswith("ro-") and len(many) == 4
+    tasks = await collect(topics, "tasks", AttemptedRollout, lambda t: len(t) >= 5)
+    by_id = {t.rollout_id: t for t in tasks}
+    first = by_id[single.rollout_id]
+    assert first.attempt.sequence_id == 1 and first.attempt.attempt_id.startswith("at-")
+    assert first.config.max_attempts == 3 and first.metadata == {"group": "g1"} and first.resources_id == "rs-1"
+    assert [by_id[r.rollout_id].input for r in many] == [0, 1, 2, "dict-form"]
+
+
+async def test_resources_versions_and_a_second_reader(topics: Settings) -> None:
+    async with StoreClient(topics) as store:
+        assert await store.get_latest_resources() is None
+        a = await store.add_resources({"llm": LLM(endpoint="http://x/v1", model="m")})
+        b = await store.add_resources({"prompt": PromptTemplate(template="{q}")})
+        a2 = await store.update_resources(a.resources_id, {"llm": LLM(endpoint="http://y/v1", model="m")})
+        assert (a.version, b.version, a2.version) == (0, 1, 2)
+        assert (await store.get_latest_resources()).resources_id == a.resources_id  # type: ignore[union-attr]
+        assert (await store.get_resources_by_id(b.resources_id)).version == 1  # type: ignore[union-attr]
+    reader = await ResourceCache(topics).start()
+    try:
+        latest = await reader.wait_for_any(10)
+        assert latest is not None and latest.version == 2 and latest.resources["llm"].endpoint == "http://y/v1"
+        assert (await reader.resolve(b.resources_id, timeout=5)).version == 1  # type: ignore[union-attr]
+    finally:
+        await reader.stop()
+
+
+async def test_wait_for_rollouts_reads_state_machine_snapshots(topics: Settings) -> None:
+    async with StoreClient(topics) as store:
+        r1 = await store.enqueue_rollout("a")
+        r2 = await store.enqueue_rollout("b")
+        assert await store.wait_for_rollouts(rollout_ids=[r1.rollout_id], timeout=0.2) == []
+
+        async def state_machine() -> None:  # what the processors' state machine writes
+            async with RecordProducer(topics) as producer:
+                for rollout, status in ((r1, "running"), (r1, "succeeded"), (r2, "failed")):
+                    snap = RolloutSnapshot(rollout=rollout.model_copy(update={"status": status}))
+                    await producer.send_and_wait(topics.topic("rollouts"), snap, key=rollout.rollout_id)
+                    await asyncio.sleep(0.05)
+
+        writer = asyncio.create_task(state_machine())
+        done = await store.wait_for_rollouts(rollout_ids=[r1.rollout_id, r2.rollout_id], timeout=30)
+        await writer
+    assert {(r.rollout_id, r.status) for r in done} == {(r1.rollout_id, "succeeded"), (r2.rollout_id, "failed")}

@@ -1,0 +1,162 @@
+"""Failure cases with real parts: a runner process killed mid-rollout, a broker that goes away and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from agl_stream.broker import LocalBroker, free_port
+from agl_stream.client import StoreClient
+from agl_stream.config import Settings
+from agl_stream.runner import LitAgentRunner
+from agl_stream.types import AttemptEvent, Span
+from tests.agl_stream.runner import agents
+from tests.agl_stream.runner.helpers import collect, run_with_timeout
+from tests.agl_stream.runner.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _succeeded(events: list[AttemptEvent]) -> set[str]:
+    return {e.rollout_id for e in events if e.kind == "finished" and e.status == "succeeded"}
+
+
+def _runner_process(settings: Settings, log: Path, *, sleep: float, concurrency: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "AGL_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
+        "AGL_TOPIC_PREFIX": settings.topic_prefix,
+        "AGL_PARTITIONS": str(settings.partitions),
+        "AGL_KAFKA_SESSION_TIMEOUT_MS": str(settings.kafka_session_timeout_ms),
+        "AGL_TEST_AGENT_SLEEP": str(sleep),
+    }
+    cmd = [sys.executable, "-m", "agl_stream.cli.main", "runner", "--agent", "tests.agl_stream.runner.agents:slow_agent",
+           "--concurrency", str(concurrency), "--heartbeat-interval", "0.5", "--no-progress"]  # fmt: skip
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def test_killed_runner_loses_no_task(topics: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    async with StoreClient(topics) as store:
+        ids = [(await store.enqueue_rollout({"x": i})).rollout_id for i in range(6)]
+    victim = _runner_process(topics, tmp_path / "victim.log", sleep=1.0, concurrency=2)
+    try:
+        def mid_rollout(events: list[AttemptEvent]) -> bool:
+            started = {e.rollout_id for e in events if e.kind == "started"}
+            finished = {e.rollout_id for e in events if e.kind == "finished"}
+            return bool(finished) and bool(started - finished)
+
+        seen = await collect(topics, "attempts", AttemptEvent, mid_rollout, timeout=60)
+        assert mid_rollout(seen), "the runner process never got going: " + (tmp_path / "victim.log").read_text()[-2000:]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    interrupted = {e.rollout_id for e in seen if e.kind == "started"} - {e.rollout_id for e in seen if e.kind == "finished"}
+
+    monkeypatch.setenv("AGL_TEST_AGENT_SLEEP", "0.05")
+    stop = asyncio.Event()
+    rescuer = LitAgentRunner(agents.slow_agent, topics, concurrency=2, worker_id="rescuer")
+    run = asyncio.create_task(rescuer.run(stop))
+    try:
+        events = await collect(topics, "attempts", AttemptEvent, lambda ev: _succeeded(ev) >= set(ids), timeout=90)
+    finally:
+        stop.set()
+        await run_with_timeout(run)
+    assert _succeeded(events) >= set(ids), "every task was completed by some runner"
+    rescued = {e.rollout_id for e in events if e.kind == "finished" and e.worker_id == "rescuer"}
+    assert interrupted <= rescued, "rollouts interrupted by the kill were run again by the other runner"
+
+
+@pytest.fixture
+def proxied_broker(tmp_path: Path) -> Iterator[tuple[str, int, int]]:
+    """A private broker that advertises a proxy port, so every client connection goes through the proxy."""
+    broker_port, proxy_port = free_port(), free_port()
+    with LocalBroker(port=broker_port, advertised=f"127.0.0.1:{proxy_port}", log_file=tmp_path / "tansu.log"):
+        yield f"127.0.0.1:{proxy_port}", broker_port, proxy_port
+
+
+async def test_runner_survives_broker_outage_without_losing_spans(
+    proxied_broker: tuple[str, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap, broker_port, proxy_port = proxied_broker
+    proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
+    await proxy.start()
+    settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap, topic_prefix="outage", partitions=2,
+                                 kafka_session_timeout_ms=10_000, data_dir=tmp_path / "agl")  # fmt: skip
+    from topics.admin import ensure_topics
+
+    await ensure_topics(settings, strict=True)
+    async with StoreClient(settings) as store:
+        ids = [(await store.enqueue_rollout({"x": i})).rollout_id for i in range(16)]
+    monkeypatch.setenv("AGL_TEST_AGENT_SLEEP", "0.2")
+    stop = asyncio.Event()
+    runner = LitAgentRunner(agents.slow_agent, settings, concurrency=2, heartbeat_interval=0.3)
+    run = asyncio.create_task(runner.run(stop))
+    try:
+        while runner.stats.rollouts_done < 3:
+            await asyncio.sleep(0.05)
+        await proxy.cut()
+        await asyncio.sleep(3.0)
+        done_before_restore = runner.stats.rollouts_done
+        await proxy.restore()
+        events = await collect(settings, "attempts", AttemptEvent, lambda ev: _succeeded(ev) >= set(ids), timeout=120)
+    finally:
+        stop.set()
+        await run_with_timeout(run, 120)
+        await proxy.stop()
+    assert _succeeded(events) >= set(ids)
+    assert done_before_restore < len(ids), "the outage happened while rollouts were still running"
+    finished = {e.attempt_id: e for e in events if e.kind == "finished" and e.status == "succeeded"}
+    expected = {(attempt, seq) for attempt, e in finished.items() for seq in range(1, (e.span_count or 0) + 1)}
+    await proxy.restore()
+    try:
+        spans = await collect(settings, "spans", Span, lambda s: {(x.attempt_id, x.sequence_id) for x in s} >= expected)
+    finally:
+        await proxy.stop()
+    assert {(s.attempt_id, s.sequence_id) for s in spans} >= expected, "no span lost across the outage"
+    assert runner.stats.spans_dropped == 0
+
+
+async def test_cli_sigterm_finishes_the_running_attempt(topics: Settings, tmp_path: Path) -> None:
+    (rid,) = [(await _enqueue_one(topics, {"x": 1}))]
+    proc = _runner_process(topics, tmp_path / "runner.log", sleep=1.5, concurrency=1)
+    try:
+        await collect(topics, "attempts", AttemptEvent, lambda ev: any(e.kind == "started" for e in ev), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, (tmp_path / "runner.log").read_text()[-3000:]
+    events = await collect(topics, "attempts", AttemptEvent, lambda ev: any(e.kind == "finished" for e in ev))
+    (finished,) = [e for e in events if e.kind == "finished"]
+    assert finished.rollout_id == rid and finished.status == "succeeded" and finished.span_count == 2
+
+
+async def test_cli_starts_several_runner_processes(topics: Settings, tmp_path: Path) -> None:
+    for i in range(10):
+        await _enqueue_one(topics, {"x": i})
+    env = {**os.environ, "AGL_KAFKA_BOOTSTRAP": topics.kafka_bootstrap or "", "AGL_TOPIC_PREFIX": topics.topic_prefix,
+           "AGL_KAFKA_SESSION_TIMEOUT_MS": "6000", "AGL_TEST_AGENT_SLEEP": "0.01"}  # fmt: skip
+    cmd = [sys.executable, "-m", "agl_stream.cli.main", "runner", "--agent", "tests.agl_stream.runner.agents:slow_agent",
+           "--n-runners", "2", "--max-rollouts", "1", "--worker-id", "multi", "--no-progress"]  # fmt: skip
+    result = await asyncio.to_thread(subprocess.run, cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = await collect(topics, "attempts", AttemptEvent, lambda ev: sum(e.kind == "finished" for e in ev) >= 2)
+    assert {e.worker_id for e in events if e.kind == "finished"} == {"multi-0", "multi-1"}
+
+
+async def _enqueue_one(settings: Settings, task: object) -> str:
+    async with StoreClient(settings) as store:
+        return (await store.enqueue_rollout(task)).rollout_id
