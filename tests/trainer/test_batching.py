@@ -1,0 +1,92 @@
+"""Group assembly: complete groups, straggler timeouts, failed rollouts, retries and the staleness bound."""
+
+from __future__ import annotations
+
+from agl_stream.types import Trajectory
+from trainer.batching import BatcherConfig, GroupAssembler
+
+from .conftest import make_group
+
+
+def _cfg(**kw) -> BatcherConfig:
+    base = dict(group_size=4, batch_groups=2, group_timeout_s=10.0, min_group_size=2, max_staleness=1)
+    base.update(kw)
+    return BatcherConfig(**base)
+
+
+def test_batches_hold_only_complete_groups() -> None:
+    asm = GroupAssembler(_cfg())
+    g1, g2 = make_group("g1", [1, 0, 1, 0], seed=1), make_group("g2", [1, 1, 0, 0], seed=2)
+    for t in g1 + g2[:3]:
+        asm.add(t, record=t.rollout_id, now=0.0)
+    assert asm.pop_batch(0, now=1.0) is None  # g2 is still missing a member
+    asm.add(g2[3], record=g2[3].rollout_id, now=1.0)
+    batch = asm.pop_batch(0, now=1.0)
+    assert batch is not None and batch.groups == 2 and len(batch.trajectories) == 8
+    assert sorted(batch.records) == sorted(t.rollout_id for t in g1 + g2)
+    assert asm.pending_groups == 0
+
+
+def test_straggler_timeout_and_tiny_groups_dropped() -> None:
+    asm = GroupAssembler(_cfg(batch_groups=1))
+    late = make_group("late", [1, 0, 1, 0], seed=3)
+    lonely = make_group("lonely", [1, 0, 0, 0], seed=4)
+    for t in late[:3]:
+        asm.add(t, record=t.rollout_id, now=0.0)
+    asm.add(lonely[0], record="lonely", now=0.0)
+    assert asm.pop_batch(0, now=5.0) is None
+    batch = asm.pop_batch(0, now=10.5)  # both timed out: 3 members train, the lone one is dropped
+    assert batch is not None and {t.rollout_id for t in batch.trajectories} == {t.rollout_id for t in late[:3]}
+    assert asm.stats.timed_out_groups == 2 and asm.stats.dropped_groups == 1
+    assert asm.take_done() == ["lonely"]
+
+
+def test_failed_rollouts_count_as_arrived_but_never_train() -> None:
+    asm = GroupAssembler(_cfg(batch_groups=1))
+    group = make_group("f", [1, 0, 1, 0], seed=5)
+    group[1] = group[1].model_copy(update={"status": "failed", "triplets": []})
+    for t in group:
+        asm.add(t, record=t.rollout_id, now=0.0)
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and len(batch.trajectories) == 3
+    assert group[1].rollout_id in batch.records  # its record is released with the batch
+    assert asm.stats.failed_rollouts == 1
+
+
+def test_retry_replaces_failed_attempt_and_replays_are_ignored() -> None:
+    asm = GroupAssembler(_cfg(group_size=2, batch_groups=1))
+    a, b = make_group("r", [1, 0], seed=6)
+    failed = a.model_copy(update={"status": "failed", "attempt_id": "at-1"})
+    retry = a.model_copy(update={"attempt_id": "at-2", "attempt_sequence_id": 2})
+    asm.add(failed, record="failed", now=0.0)
+    asm.add(retry, record="retry", now=0.0)
+    asm.add(retry, record="replay", now=0.0)
+    asm.add(b, record="b", now=0.0)
+    assert sorted(asm.take_done()) == ["failed", "replay"]
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and sorted(batch.records) == ["b", "retry"]
+    assert asm.stats.duplicates == 1 and asm.stats.failed_rollouts == 1
+
+
+def test_staleness_bound_drops_and_counts_old_triplets() -> None:
+    asm = GroupAssembler(_cfg(group_size=3, batch_groups=1, max_staleness=2))
+    group = make_group("s", [1, 0, 1], seed=7, turns=2, versions=[10, 8, 7])
+    for t in group:
+        asm.add(t, record=t.rollout_id, now=0.0)
+    batch = asm.pop_batch(10, now=0.0)
+    assert batch is not None
+    versions = sorted(tr.policy_version for t in batch.trajectories for tr in t.triplets)
+    assert versions == [8, 8, 10, 10]  # version 7 is 3 behind 10 > 2
+    assert asm.stats.stale_triplets == 2 and asm.stats.stale_trajectories == 1
+    assert sorted(batch.staleness) == [0, 0, 2, 2] and asm.stats.staleness == {0: 2, 2: 2}
+
+
+def test_non_train_modes_and_ungrouped_rollouts() -> None:
+    asm = GroupAssembler(_cfg(batch_groups=1, min_group_size=1))
+    val = make_group("v", [1], seed=8)[0].model_copy(update={"mode": "val"})
+    asm.add(val, record="val", now=0.0)
+    assert asm.take_done() == ["val"] and asm.stats.skipped_mode == 1
+    solo = Trajectory(**{**make_group("x", [1.0], seed=9)[0].model_dump(), "group_id": None, "metadata": {}})
+    asm.add(solo, record="solo", now=0.0)
+    batch = asm.pop_batch(0, now=0.0)  # a rollout without a group is a group of one
+    assert batch is not None and batch.records == ["solo"]

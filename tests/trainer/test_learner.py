@@ -1,0 +1,214 @@
+"""The learner end to end on the real broker: triplets in, a GRPO step, weights published to the embedded server."""
+
+from __future__ import annotations
+
+import copy
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.types import ResourcesUpdate
+from trainer.algorithms.batch import collate, rows_from_trajectories
+from trainer.algorithms.grpo import GRPOConfig, evaluate, prepare
+from trainer.backends.hf import HFPolicy, OptimConfig
+from trainer.batching import BatcherConfig
+from trainer.checkpoint import CheckpointManager
+from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+from trainer.engines.generation import Generator
+from trainer.learner import Learner
+from trainer.publisher import WeightPublisher
+
+from .conftest import make_group, produce_trajectories
+
+pytestmark = pytest.mark.integration
+
+
+async def _latest_resources(settings: Settings, key: str = "latest", timeout: float = 10.0) -> ResourcesUpdate:
+    consumer = RecordConsumer(settings, [settings.topic("resources")], group_id=None)
+    await consumer.start()
+    found = None
+    try:
+        for _ in range(int(timeout / 0.5)):
+            good, _ = await consumer.get_decoded(ResourcesUpdate, timeout=0.5)
+            for item in good:
+                if item.key == key:
+                    found = item.value
+            if found is not None and not good:
+                break
+    finally:
+        await consumer.stop(commit=False)
+    assert found is not None, "no ResourcesUpdate on agl.resources"
+    return found
+
+
+async def test_grpo_step_from_real_triplets_then_publish(topics: Settings, tiny, tiny_model_dir) -> None:
+    settings = topics
+    model, tokenizer = tiny
+    trajectories = make_group("g1", [1.0, 0.0, 0.0, 1.0], seed=11) + make_group("g2", [0.0, 1.0, 0.5, 0.0], seed=12)
+    await produce_trajectories(settings, trajectories)
+
+    # the embedded server runs its own copy of the initial weights
+    from trainer.models import load_model_and_tokenizer
+
+    served_model, served_tok, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    generator = Generator(served_model, served_tok)
+    server = EmbeddedServer(generator, "tiny").start()
+    producer = await RecordProducer(settings).start()
+    try:
+        engine = EmbeddedEngine(server.base_url, "tiny", generator=generator)
+        publisher = WeightPublisher(engine, producer, settings, resources_id="policy")
+        await publisher.announce(0)
+        algo = GRPOConfig()
+        policy = HFPolicy(model, OptimConfig(lr=1e-3))
+        before_model = copy.deepcopy(model)
+        learner = Learner(settings, policy, tokenizer, algo, BatcherConfig(group_size=4, batch_groups=2, max_staleness=1),
+                          publisher=publisher)
+        await learner.start()
+        try:
+            metrics = await learner.step_once(timeout=60)
+        finally:
+            await learner.stop()
+        assert metrics is not None and learner.policy_version == 1
+        assert metrics.num_sequences == 8 and metrics.num_triplets == 8
+        assert {t.rollout_id for t in learner.last_batch.trajectories} == {t.rollout_id for t in trajectories}
+
+        # the weights changed ...
+        changed = [n for n, p in model.named_parameters() if not torch.equal(p, dict(before_model.named_parameters())[n])]
+        assert changed
+        # ... and the loss on that same batch went down (same pi_old and advantages, new weights)
+        batch = collate(rows_from_trajectories(learner.last_batch.trajectories), tokenizer.pad_token_id)
+        old_policy = HFPolicy(before_model, OptimConfig(lr=1e-3))
+        prep = prepare(old_policy, batch, algo)
+        assert float(evaluate(policy, prep, algo).loss) < float(evaluate(old_policy, prep, algo).loss)
+
+        # the server now answers with version 1, on the learner's weights
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            resp = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        assert resp.status_code == 200
+        assert resp.headers["x-agl-policy-version"] == "1" and resp.json()["policy_version"] == 1
+        for name, param in model.state_dict().items():
+            assert torch.equal(served_model.state_dict()[name], param), name
+
+        # ... and agl.resources announces it
+        update = await _latest_resources(settings)
+        llm = update.resources["main_llm"]
+        assert update.version == 1 and llm.policy_version == 1
+        assert llm.endpoint == server.base_url + "/v1" and llm.model == "tiny"
+        by_id = await _latest_resources(settings, key="policy")
+        assert by_id.resources["main_llm"].policy_version == 1
+    finally:
+        await producer.stop()
+        server.stop()
+        generator.close()
+
+
+async def test_stale_triplets_never_reach_the_optimizer(topics: Settings, tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = topics
+    model, tokenizer = tiny
+    # learner at version 5, bound 1: versions 3 are stale, 4 and 5 are fine
+    fresh = make_group("fresh", [1.0, 0.0, 1.0], seed=1, versions=[5, 4, 5])
+    mixed = make_group("mixed", [1.0, 0.0, 0.5], seed=2, versions=[3, 4, 3])  # only one usable member -> dropped
+    await produce_trajectories(settings, fresh + mixed)
+
+    seen_versions: list[int] = []
+    import trainer.learner as learner_module
+
+    real_step = learner_module.train_step
+
+    def spy(policy, batch, cfg, ref_model=None):  # records what reaches the optimizer
+        seen_versions.extend(batch.policy_versions.tolist())
+        return real_step(policy, batch, cfg, ref_model)
+
+    monkeypatch.setattr(learner_module, "train_step", spy)
+    learner = Learner(settings, HFPolicy(model, OptimConfig(lr=1e-4)), tokenizer, GRPOConfig(),
+                      BatcherConfig(group_size=3, batch_groups=1, max_staleness=1, min_group_size=2, group_timeout_s=600))
+    learner.policy_version = 5
+    await learner.start(resume=False)
+    try:
+        metrics = await learner.step_once(timeout=30)
+        assert metrics is not None
+        assert await learner.step_once(timeout=2) is None  # the mixed group was dropped, nothing else to train
+    finally:
+        await learner.stop()
+    assert sorted(seen_versions) == [4, 5, 5]
+    stats = learner.batcher.stats
+    assert stats.stale_triplets == 2 and stats.stale_trajectories == 2 and stats.dropped_groups == 1
+    assert metrics.staleness_histogram == {0: 2, 1: 1}
+
+
+async def test_checkpoint_kill_resume_continues_version_and_offsets(topics: Settings, tiny_model_dir, tmp_path) -> None:
+    settings = topics
+    from trainer.models import load_model_and_tokenizer
+
+    groups = [make_group(f"c{i}", [1.0, 0.0], seed=20 + i) for i in range(3)]
+    for g in groups:  # one group per partition key set; order within a partition is kept
+        await produce_trajectories(settings, g)
+    cfg = BatcherConfig(group_size=2, batch_groups=1, max_staleness=None)
+    ckpt_dir = tmp_path / "ckpt"
+
+    model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    first = Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
+                    checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=2)
+    await first.start()
+    trained_first: list[set[str]] = []
+    for _ in range(3):
+        assert await first.step_once(timeout=30) is not None
+        trained_first.append({t.group_id for t in first.last_batch.trajectories})
+    latest = CheckpointManager(ckpt_dir).latest()
+    assert latest is not None and latest.name == "step-00000002"
+    saved_weights = load_file(str(latest / "model.safetensors"))
+    await first.consumer.raw.stop()  # "kill": no commit, no checkpoint of step 3
+    assert first.policy_version == 3
+
+    model2, tokenizer2, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    second = Learner(settings, HFPolicy(model2, OptimConfig(lr=1e-3)), tokenizer2, GRPOConfig(), cfg,
+                     checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=2)
+    state = await second.start()
+    try:
+        assert state is not None and second.policy_version == 2 and second.step == 2
+        for name, tensor in saved_weights.items():
+            assert torch.equal(model2.state_dict()[name], tensor)
+        assert second.policy.optimizer.state_dict()["state"], "optimizer state restored"
+        assert second.policy.scheduler.last_epoch == 2
+        # the group trained after the checkpoint is replayed, and nothing before it
+        assert await second.step_once(timeout=30) is not None
+        assert {t.group_id for t in second.last_batch.trajectories} == trained_first[2]
+        assert second.policy_version == 3
+        assert await second.step_once(timeout=3) is None
+    finally:
+        await second.stop()
+
+
+async def test_undecodable_triplet_records_go_to_the_dlq(topics: Settings, tiny) -> None:
+    from agl_stream.types import DeadLetter
+
+    settings = topics
+    model, tokenizer = tiny
+    group = make_group("ok", [1.0, 0.0], seed=40)
+    async with RecordProducer(settings) as producer:
+        await producer.send_and_wait(settings.topic("triplets"), b'{"not": "an envelope"}', key=group[0].rollout_id)
+        await producer.send_many(settings.topic("triplets"), [(t.rollout_id, t) for t in group])
+        learner = Learner(settings, HFPolicy(model, OptimConfig(lr=1e-4)), tokenizer, GRPOConfig(),
+                          BatcherConfig(group_size=2, batch_groups=1, max_staleness=None), dlq_producer=producer)
+        await learner.start(resume=False)
+        try:
+            assert await learner.step_once(timeout=30) is not None  # the bad record did not stop training
+        finally:
+            await learner.stop()
+    assert learner.batcher.stats.rejected_records == 1
+    dlq = RecordConsumer(settings, [settings.topic("dlq")], group_id=None)
+    await dlq.start()
+    try:
+        letters = []
+        for _ in range(20):
+            letters += [d.value for d in (await dlq.get_decoded(DeadLetter, timeout=0.5))[0]]
+            if letters:
+                break
+    finally:
+        await dlq.stop(commit=False)
+    assert len(letters) == 1 and letters[0].payload == b'{"not": "an envelope"}'
+    assert "envelope" in letters[0].reason and letters[0].processor == "trainer.batching"

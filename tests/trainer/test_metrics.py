@@ -1,0 +1,58 @@
+"""Learner metrics reach the training_steps table the dashboards read (embedded ClickHouse)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agl_stream.config import Settings
+from trainer.metrics import ClickHouseSink, MetricsHub, StepMetrics
+
+pytestmark = pytest.mark.integration
+
+
+def _metrics(step: int) -> StepMetrics:
+    return StepMetrics(
+        step=step, policy_version=step, loss=0.5 / step, policy_loss=0.4, kl=0.01, entropy=2.5, reward_mean=0.6,
+        reward_std=0.2, advantage_mean=0.0, advantage_std=1.0, grad_norm=0.9, tokens_per_second=1234.5,
+        staleness_mean=0.5, publish_seconds=0.12, num_triplets=16, num_sequences=16, learning_rate=1e-6,
+        staleness_histogram={0: 8, 1: 8}, extra={"pg_clipfrac": 0.1},
+    )
+
+
+def test_clickhouse_sink_writes_training_steps(settings: Settings) -> None:
+    sink = ClickHouseSink(settings.effective_clickhouse_dsn, run_id="run-a")
+    hub = MetricsHub([sink])
+    hub.write(_metrics(1))
+    hub.write(_metrics(2))
+    _cols, rows = sink.ch.query_rows(
+        "SELECT Step, PolicyVersion, Loss, TokensPerSecond, NumTriplets, Extra['pg_clipfrac'], Extra['staleness_1'] "
+        "FROM training_steps FINAL WHERE RunId = 'run-a' ORDER BY Step"
+    )
+    hub.close()
+    assert [r[0] for r in rows] == [1, 2] and [r[1] for r in rows] == [1, 2]
+    assert rows[1][2] == pytest.approx(0.25) and rows[0][3] == pytest.approx(1234.5) and rows[0][4] == 16
+    assert rows[0][5] == pytest.approx(0.1) and rows[0][6] == 8
+
+
+def test_a_failing_sink_does_not_stop_the_others() -> None:
+    class Broken:
+        def write(self, m: StepMetrics) -> None:
+            raise RuntimeError("down")
+
+        def close(self) -> None:
+            pass
+
+    class Keep:
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+
+        def write(self, m: StepMetrics) -> None:
+            self.steps.append(m.step)
+
+        def close(self) -> None:
+            pass
+
+    keep = Keep()
+    hub = MetricsHub([Broken(), keep])
+    hub.write(_metrics(1))
+    assert keep.steps == [1] and hub.history[-1].step == 1

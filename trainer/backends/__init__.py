@@ -1,0 +1,1 @@
+"""Model backends the learner trains (Hugging Face transformers today)."""

@@ -1,0 +1,302 @@
+"""Batch assembly: ``agl.triplets`` trajectories -> batches of complete GRPO groups, with an off-policy bound.
+
+:class:`GroupAssembler` is the pure logic (no Kafka): trajectories join their group (``group_id``,
+or the rollout itself when absent); a group is *ready* when ``group_size`` distinct rollouts have
+arrived, or when it has waited ``group_timeout_s`` since its first member (stragglers and rollouts
+that never finish) and has at least ``min_group_size`` usable members; smaller timed-out groups are
+dropped and counted. Failed attempts count as arrived members but never train.
+
+Off-policy bound: when a batch is handed out, every triplet whose ``policy_version`` is more than
+``max_staleness`` versions behind the learner's current version is removed (counted in
+``stats.stale_triplets``); rows that survive carry their behaviour logprobs for truncated
+importance sampling. A group left with fewer than ``min_group_size`` trajectories is dropped.
+
+:class:`TripletBatcher` feeds the assembler from a :class:`RecordConsumer` in group ``agl-learner``.
+Records of dropped or skipped trajectories are marked done at once; records of a handed-out batch
+are marked done by the learner after the optimizer step (and committed after a checkpoint), so a
+crash replays them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agl_stream.types import Trajectory
+
+logger = logging.getLogger(__name__)
+
+LEARNER_GROUP = "agl-learner"
+
+
+class BatcherConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group_size: int = Field(default=4, ge=1, description="rollouts per GRPO group (metadata['group_size'] overrides)")
+    batch_groups: int = Field(default=2, ge=1, description="complete groups per learner batch")
+    group_timeout_s: float = Field(default=120.0, gt=0)
+    min_group_size: int = Field(default=2, ge=1, description="a group needs this many usable members to train")
+    max_staleness: Optional[int] = Field(default=1, ge=0, description="None disables the bound")
+    train_modes: tuple[str, ...] = ("train",)
+
+
+@dataclass
+class BatcherStats:
+    trajectories: int = 0
+    duplicates: int = 0
+    failed_rollouts: int = 0
+    skipped_mode: int = 0
+    rejected_records: int = 0
+    stale_triplets: int = 0
+    stale_trajectories: int = 0
+    dropped_groups: int = 0
+    timed_out_groups: int = 0
+    batches: int = 0
+    trained_triplets: int = 0
+    staleness: Counter[int] = field(default_factory=Counter)  # histogram of staleness of trained triplets
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: float(v) for k, v in self.__dict__.items() if isinstance(v, int)}
+        out.update({f"staleness_{k}": float(v) for k, v in sorted(self.staleness.items())})
+        return out
+
+
+@dataclass
+class _Member:
+    trajectory: Trajectory
+    records: list[Any]
+
+
+@dataclass
+class _Group:
+    group_id: str
+    expected: int
+    first_seen: float
+    members: "OrderedDict[str, _Member]" = field(default_factory=OrderedDict)
+    timed_out: bool = False
+
+    @property
+    def usable(self) -> list[_Member]:
+        return [m for m in self.members.values() if m.trajectory.status == "succeeded"]
+
+
+@dataclass
+class Batch:
+    """A learner batch: trajectories of complete groups, the records to mark done, staleness per triplet."""
+
+    trajectories: list[Trajectory]
+    records: list[Any]
+    staleness: list[int]
+    groups: int
+    current_version: int
+
+    @property
+    def num_triplets(self) -> int:
+        return sum(len(t.triplets) for t in self.trajectories)
+
+    @property
+    def staleness_mean(self) -> float:
+        return sum(self.staleness) / len(self.staleness) if self.staleness else 0.0
+
+
+class GroupAssembler:
+    def __init__(self, config: BatcherConfig) -> None:
+        self.config = config
+        self.stats = BatcherStats()
+        self._groups: "OrderedDict[str, _Group]" = OrderedDict()
+        self._done: list[Any] = []  # records whose trajectories will never train (mark done)
+
+    @property
+    def pending_groups(self) -> int:
+        return len(self._groups)
+
+    def take_done(self) -> list[Any]:
+        out, self._done = self._done, []
+        return out
+
+    def add(self, trajectory: Trajectory, record: Any = None, now: Optional[float] = None) -> None:
+        now = time.monotonic() if now is None else now
+        self.stats.trajectories += 1
+        if trajectory.mode is not None and trajectory.mode not in self.config.train_modes:
+            self.stats.skipped_mode += 1
+            self._done.append(record)
+            return
+        gid = trajectory.group_id or trajectory.rollout_id
+        group = self._groups.get(gid)
+        if group is None:
+            expected = int(trajectory.metadata.get("group_size", 0) or 0) or (
+                self.config.group_size if trajectory.group_id else 1
+            )
+            group = self._groups[gid] = _Group(gid, expected, now)
+        old = group.members.get(trajectory.rollout_id)
+        if old is not None:
+            same_attempt = old.trajectory.attempt_id == trajectory.attempt_id
+            newer = trajectory.attempt_sequence_id > old.trajectory.attempt_sequence_id
+            if same_attempt or not (newer or old.trajectory.status != "succeeded"):
+                self.stats.duplicates += 1  # a replay or an older attempt: keep what we have
+                self._done.append(record)
+                return
+            self._done.extend(old.records)  # a retry replaces a failed / older attempt
+        if trajectory.status != "succeeded":
+            self.stats.failed_rollouts += 1
+        group.members[trajectory.rollout_id] = _Member(trajectory, [record])
+
+    def _ready_ids(self, now: float) -> list[str]:
+        ready = []
+        for gid, group in self._groups.items():
+            if len(group.members) >= group.expected:
+                ready.append(gid)
+            elif now - group.first_seen >= self.config.group_timeout_s:
+                if not group.timed_out:
+                    group.timed_out = True
+                    self.stats.timed_out_groups += 1
+                ready.append(gid)
+        return ready
+
+    def pop_batch(self, current_version: int, now: Optional[float] = None, *, force: bool = False) -> Optional[Batch]:
+        """A batch of ``batch_groups`` ready groups after the staleness filter, or None if not enough.
+
+        ``force`` hands out whatever ready groups there are (end of a finite dataset).
+        """
+        now = time.monotonic() if now is None else now
+        candidates: list[tuple[_Group, _Filtered]] = []
+        for gid in self._ready_ids(now):
+            group = self._groups[gid]
+            filtered = self._filter_stale(group, current_version)
+            if len(filtered.members) < min(self.config.min_group_size, group.expected):
+                self._count_stale(filtered)
+                self.stats.dropped_groups += 1
+                for m in group.members.values():
+                    self._done.extend(m.records)
+                del self._groups[gid]
+                continue
+            candidates.append((group, filtered))
+        if not candidates or (len(candidates) < self.config.batch_groups and not force):
+            return None
+        trajectories: list[Trajectory] = []
+        records: list[Any] = []
+        staleness: list[int] = []
+        for group, filtered in candidates[: self.config.batch_groups]:
+            self._count_stale(filtered)
+            trajectories.extend(m.trajectory for m in filtered.members)
+            records.extend(r for m in group.members.values() for r in m.records if r is not None)
+            staleness.extend(filtered.staleness)
+            del self._groups[group.group_id]
+        self.stats.batches += 1
+        self.stats.trained_triplets += sum(len(t.triplets) for t in trajectories)
+        self.stats.staleness.update(staleness)
+        return Batch(trajectories, records, staleness, min(len(candidates), self.config.batch_groups), current_version)
+
+    def _count_stale(self, filtered: "_Filtered") -> None:
+        self.stats.stale_triplets += filtered.stale_triplets
+        self.stats.stale_trajectories += filtered.stale_trajectories
+
+    def _filter_stale(self, group: _Group, current_version: int) -> "_Filtered":
+        """Usable members with only fresh-enough triplets (pure: counting happens when the group leaves)."""
+        bound = self.config.max_staleness
+        out = _Filtered()
+        for member in group.usable:
+            traj = member.trajectory
+            fresh = []
+            for triplet in traj.triplets:
+                age = current_version - triplet.policy_version if triplet.policy_version is not None else 0
+                if bound is not None and age > bound:
+                    out.stale_triplets += 1
+                    continue
+                fresh.append(triplet)
+                out.staleness.append(max(age, 0))
+            if not fresh:
+                out.stale_trajectories += 1 if traj.triplets else 0
+                continue
+            if len(fresh) != len(traj.triplets):
+                traj = traj.model_copy(update={"triplets": fresh})
+            out.members.append(_Member(traj, member.records))
+        return out
+
+
+@dataclass
+class _Filtered:
+    members: list[_Member] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)
+    stale_triplets: int = 0
+    stale_trajectories: int = 0
+
+
+class TripletBatcher:
+    """Feeds a :class:`GroupAssembler` from ``agl.triplets`` (consumer group ``agl-learner``)."""
+
+    def __init__(self, consumer: Any, config: BatcherConfig, *, dlq: Any = None, dlq_topic: Optional[str] = None) -> None:
+        self.consumer = consumer  # an agl_stream.kafka.RecordConsumer
+        self.config = config
+        self.assembler = GroupAssembler(config)
+        self.dlq = dlq  # optional RecordProducer for undecodable records
+        self.dlq_topic = dlq_topic
+
+    @property
+    def stats(self) -> BatcherStats:
+        return self.assembler.stats
+
+    async def poll(self, timeout: float = 0.5) -> int:
+        """Fetch and file whatever arrived; returns the number of trajectories added."""
+        good, bad = await self.consumer.get_decoded(Trajectory, timeout=timeout)
+        for rejected in bad:
+            self.assembler.stats.rejected_records += 1
+            await self._dead_letter(rejected)
+            self.consumer.done(rejected.record)
+        for item in good:
+            self.assembler.add(item.value, item.record)
+        for record in self.assembler.take_done():
+            if record is not None:
+                self.consumer.done(record)
+        return len(good)
+
+    async def next_batch(self, current_version: int, timeout: float = 5.0, *, force: bool = False) -> Optional[Batch]:
+        """Poll until a batch is ready or ``timeout`` passes (then None)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            batch = self.assembler.pop_batch(current_version, force=force)
+            for record in self.assembler.take_done():
+                if record is not None:
+                    self.consumer.done(record)
+            if batch is not None:
+                return batch
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            await self.poll(timeout=min(left, 0.5))
+
+    def done(self, batch: Batch) -> None:
+        """The batch's effect is applied: its records may be committed."""
+        self.consumer.done_many(batch.records)
+
+    async def _dead_letter(self, rejected: Any) -> None:
+        logger.warning("undecodable agl.triplets record at %s:%s: %s", rejected.record.partition, rejected.record.offset, rejected.error.reason)
+        if self.dlq is None or self.dlq_topic is None:
+            return
+        from agl_stream.types import DeadLetter
+
+        rec = rejected.record
+        letter = DeadLetter(
+            source_topic=rec.topic,
+            partition=rec.partition,
+            offset=rec.offset,
+            key=rec.key,
+            payload=rec.value or b"",
+            reason=rejected.error.reason,
+            processor="trainer.batching",
+        )
+        await self.dlq.send_and_wait(self.dlq_topic, letter, key=rec.key)
+
+
+async def wait_for_assignment(consumer: Any, timeout: float = 30.0) -> None:
+    """Wait until the group coordinator assigned partitions (a new group's first join can take seconds)."""
+    deadline = time.monotonic() + timeout
+    while not consumer.raw.assignment():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no partitions assigned to {consumer.group_id} within {timeout:.0f}s")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,357 @@
+"""The embedded engine: an OpenAI-compatible server on CPU running a transformers model.
+
+Endpoints (vLLM-compatible where it matters to agl-stream):
+
+- ``POST /v1/chat/completions`` and ``POST /v1/completions`` (``stream: true`` gives SSE chunks).
+  Responses carry vLLM's ``return_token_ids`` fields: top-level ``prompt_token_ids`` and
+  per-choice ``token_ids`` (always), ``logprobs`` when asked, plus ``policy_version`` (field and
+  ``x-agl-policy-version`` header): the weights version that produced the completion.
+- ``GET /v1/models``, ``GET /health``.
+- ``POST /agl/v1/weights`` ``{"path": ".../model.safetensors", "version": N}`` swaps weights in
+  process; ``GET /agl/v1/weights`` reports the served version.
+
+Concurrent requests are batched by :class:`trainer.engines.generation.Generator`; weight swaps
+happen between batches so no request is dropped.
+
+:class:`EmbeddedEngine` is the :class:`~trainer.engines.base.InferenceEngine`: co-located with the
+learner it swaps the state dict in process (no file), otherwise it writes a safetensors file
+and posts its path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Optional, Union
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainer.engines.base import Weights
+from trainer.engines.generation import Choice, Generator, GenRequest, GenResult
+
+logger = logging.getLogger(__name__)
+
+VERSION_HEADER = "x-agl-policy-version"
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")  # unknown OpenAI/vLLM options are accepted and ignored
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(default=None, ge=1)
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    n: int = Field(default=1, ge=1, le=16)
+    seed: Optional[int] = None
+    stream: bool = False
+    stop: Optional[Union[str, list[str]]] = None
+    stop_token_ids: Optional[list[int]] = None
+
+
+class CompletionRequest(_Common):
+    prompt: Union[str, list[int]]
+    logprobs: Optional[int] = Field(default=None, ge=0)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: Optional[Union[str, list[dict[str, Any]]]] = None
+
+
+class ChatRequest(_Common):
+    messages: list[ChatMessage]
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(default=None, ge=0)
+
+
+class WeightsRequest(BaseModel):
+    path: str
+    version: int = Field(ge=0)
+
+
+def _flatten_content(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def create_app(generator: Generator, model_name: str, default_max_tokens: int = 128) -> FastAPI:
+    app = FastAPI(title="agl-stream embedded inference server")
+    tokenizer = generator.tokenizer
+
+    def _gen_request(req: _Common, prompt_ids: list[int]) -> GenRequest:
+        if req.stop:
+            raise HTTPException(400, "stop strings are not supported by the embedded engine; use stop_token_ids")
+        return GenRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=req.max_completion_tokens or req.max_tokens or default_max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            n=req.n,
+            seed=req.seed,
+            stop_token_ids=tuple(req.stop_token_ids or ()),
+        )
+
+    def _decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    async def _run(gen_req: GenRequest) -> GenResult:
+        try:
+            return await asyncio.wrap_future(generator.submit(gen_req))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    def _headers(version: int) -> dict[str, str]:
+        return {VERSION_HEADER: str(version)}
+
+    def _usage(result: GenResult) -> dict[str, int]:
+        completion = sum(len(c.token_ids) for c in result.choices)
+        return {"prompt_tokens": len(result.prompt_ids), "completion_tokens": completion,
+                "total_tokens": len(result.prompt_ids) + completion}
+
+    # ------------------------------------------------------------ completions
+
+    def _completion_logprobs(choice: Choice) -> dict[str, Any]:
+        tokens = [tokenizer.decode([t]) for t in choice.token_ids]
+        offsets, pos = [], 0
+        for tok in tokens:
+            offsets.append(pos)
+            pos += len(tok)
+        return {"tokens": tokens, "token_logprobs": choice.logprobs, "top_logprobs": None, "text_offset": offsets}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> Any:
+        prompt_ids = list(body.prompt) if isinstance(body.prompt, list) else tokenizer.encode(body.prompt, add_special_tokens=False)
+        gen_req = _gen_request(body, prompt_ids)
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.stream:
+            return _stream(gen_req, rid, created, chat=False, want_logprobs=body.logprobs is not None)
+        result = await _run(gen_req)
+        choices = [
+            {
+                "index": i,
+                "text": _decode(c.token_ids),
+                "logprobs": _completion_logprobs(c) if body.logprobs is not None else None,
+                "finish_reason": c.finish_reason,
+                "token_ids": c.token_ids,
+            }
+            for i, c in enumerate(result.choices)
+        ]
+        doc = {"id": rid, "object": "text_completion", "created": created, "model": model_name, "choices": choices,
+               "usage": _usage(result), "prompt_token_ids": result.prompt_ids, "policy_version": result.policy_version}
+        return JSONResponse(doc, headers=_headers(result.policy_version))
+
+    # ------------------------------------------------------------ chat completions
+
+    def _chat_logprobs(choice: Choice) -> dict[str, Any]:
+        content = []
+        for token_id, lp in zip(choice.token_ids, choice.logprobs):
+            text = tokenizer.decode([token_id])
+            content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
+        return {"content": content}
+
+    def _chat_prompt(body: ChatRequest) -> list[int]:
+        if getattr(body, "tools", None):
+            raise HTTPException(400, "tool calling is not supported by the embedded engine")
+        messages = [{"role": m.role, "content": _flatten_content(m.content)} for m in body.messages]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest) -> Any:
+        gen_req = _gen_request(body, _chat_prompt(body))
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.stream:
+            return _stream(gen_req, rid, created, chat=True, want_logprobs=body.logprobs)
+        result = await _run(gen_req)
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": _decode(c.token_ids)},
+                "logprobs": _chat_logprobs(c) if body.logprobs else None,
+                "finish_reason": c.finish_reason,
+                "token_ids": c.token_ids,
+            }
+            for i, c in enumerate(result.choices)
+        ]
+        doc = {"id": rid, "object": "chat.completion", "created": created, "model": model_name, "choices": choices,
+               "usage": _usage(result), "prompt_token_ids": result.prompt_ids, "policy_version": result.policy_version}
+        return JSONResponse(doc, headers=_headers(result.policy_version))
+
+    # ------------------------------------------------------------ streaming (SSE)
+
+    def _stream(gen_req: GenRequest, rid: str, created: int, *, chat: bool, want_logprobs: bool) -> StreamingResponse:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[int, int, float]] = asyncio.Queue()
+        gen_req.on_token = lambda i, tok, lp: loop.call_soon_threadsafe(events.put_nowait, (i, tok, lp))
+        future = generator.submit(gen_req)
+        version_at_submit = generator.policy_version
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: dict[str, Any], **extra: Any) -> str:
+            doc = {"id": rid, "object": obj, "created": created, "model": model_name, "choices": [choice], **extra}
+            return f"data: {json.dumps(doc)}\n\n"
+
+        async def body() -> AsyncIterator[str]:
+            ids: list[list[int]] = [[] for _ in range(gen_req.n)]
+            texts = ["" for _ in range(gen_req.n)]
+            first = True
+            wrapped = asyncio.wrap_future(future)
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({getter, wrapped}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    if events.empty():
+                        break
+                    continue
+                index, token, lp = getter.result()
+                ids[index].append(token)
+                text = _decode(ids[index])
+                delta, texts[index] = text[len(texts[index]):], text
+                if chat:
+                    choice: dict[str, Any] = {"index": index, "delta": {"content": delta, **({"role": "assistant"} if first else {})},
+                                              "finish_reason": None, "token_ids": [token]}
+                    if want_logprobs:
+                        choice["logprobs"] = {"content": [{"token": tokenizer.decode([token]), "logprob": lp, "top_logprobs": []}]}
+                else:
+                    choice = {"index": index, "text": delta, "finish_reason": None, "token_ids": [token],
+                              "logprobs": {"tokens": [tokenizer.decode([token])], "token_logprobs": [lp]} if want_logprobs else None}
+                extra = {"prompt_token_ids": gen_req.prompt_ids} if first else {}
+                first = False
+                yield chunk(choice, **extra)
+            result = await wrapped
+            for i, c in enumerate(result.choices):
+                final = {"index": i, "finish_reason": c.finish_reason, "token_ids": []}
+                final.update({"delta": {}} if chat else {"text": ""})
+                yield chunk(final, usage=_usage(result), policy_version=result.policy_version)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers=_headers(version_at_submit))
+
+    # ------------------------------------------------------------ admin
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "agl-stream",
+                                            "policy_version": generator.policy_version}]}
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "policy_version": generator.policy_version}
+
+    @app.get("/agl/v1/weights")
+    async def get_weights() -> Any:
+        return {"version": generator.policy_version}
+
+    @app.post("/agl/v1/weights")
+    async def post_weights(body: WeightsRequest) -> Any:
+        if not Path(body.path).exists():
+            raise HTTPException(404, f"{body.path} does not exist")
+        started = time.perf_counter()
+        try:
+            version = await asyncio.wrap_future(generator.swap(body.path, body.version))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        return {"version": version, "seconds": time.perf_counter() - started}
+
+    return app
+
+
+class EmbeddedServer:
+    """Runs :func:`create_app` under uvicorn on a background thread (port 0 picks a free port)."""
+
+    def __init__(self, generator: Generator, model_name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.generator = generator
+        self.model_name = model_name
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        config = uvicorn.Config(create_app(generator, model_name), log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "EmbeddedServer":
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True, name="agl-serve")
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("embedded server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self._sock.close()
+
+
+class EmbeddedEngine:
+    """:class:`InferenceEngine` for the embedded server: in-process swap when co-located, else HTTP."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model_name: str,
+        *,
+        generator: Optional[Generator] = None,
+        publish_dir: Optional[Path] = None,
+        keep_files: int = 2,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.endpoint = self.base_url + "/v1"
+        self.model_name = model_name
+        self.generator = generator
+        self.publish_dir = publish_dir
+        self.keep_files = keep_files
+
+    async def publish(self, version: int, weights: Weights) -> None:
+        if self.generator is not None:
+            await asyncio.wrap_future(self.generator.swap(weights, version))
+            return
+        path = Path(weights) if isinstance(weights, (str, Path)) else await asyncio.to_thread(self._write, version, weights)
+        import httpx
+
+        async with httpx.AsyncClient(timeout=600) as client:
+            resp = await client.post(f"{self.base_url}/agl/v1/weights", json={"path": str(path.resolve()), "version": version})
+            resp.raise_for_status()
+
+    def _write(self, version: int, weights: Any) -> Path:
+        from safetensors.torch import save_file
+
+        if self.publish_dir is None:
+            raise ValueError("a remote embedded engine needs publish_dir to write weights files")
+        self.publish_dir.mkdir(parents=True, exist_ok=True)
+        path = self.publish_dir / f"policy-v{version:08d}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        save_file(dict(weights), str(tmp), metadata={"format": "pt", "policy_version": str(version)})
+        tmp.replace(path)
+        for old in sorted(self.publish_dir.glob("policy-v*.safetensors"))[: -self.keep_files]:
+            old.unlink(missing_ok=True)
+        return path
+
+    async def close(self) -> None:
+        return None
+

@@ -1,0 +1,155 @@
+"""``agl-stream trainer``: the scheduler and the learner as one service.
+
+Start-up: load the policy (and resume the latest checkpoint), start the inference engine
+(the embedded server in this process, a launched vLLM, or an attached URL), publish the current
+weights and announce them on ``agl.resources``, then run two tasks concurrently:
+
+- the scheduler enqueues the dataset's groups into ``agl.tasks`` with bounded rollouts in flight;
+- the learner trains on ``agl.triplets`` batches as they complete, publishing every
+  ``publish_every`` steps and checkpointing every ``checkpoint_every`` steps.
+
+The service stops at ``max_steps``, or when the scheduler has enqueued everything, no rollout is
+in flight, and no batch arrived for ``idle_timeout_s`` (remaining complete groups are trained
+first). A final checkpoint is written on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from agl_stream.config import Settings
+
+from trainer.backends.hf import HFPolicy
+from trainer.checkpoint import CheckpointManager
+from trainer.config import TrainerConfig
+from trainer.learner import Learner
+from trainer.metrics import ClickHouseSink, LogSink, MetricsHub, optional_sinks
+from trainer.publisher import WeightPublisher
+
+logger = logging.getLogger(__name__)
+
+
+class TrainerService:
+    def __init__(self, settings: Settings, config: TrainerConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.learner: Optional[Learner] = None
+        self.scheduler: Any = None
+        self._closers: list[Any] = []
+
+    async def _engine(self, model_dir: Path, model_name: str) -> Any:
+        cfg = self.config.engine
+        if cfg.kind == "embedded":
+            from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+            from trainer.engines.generation import Generator
+            from trainer.models import load_model_and_tokenizer
+
+            if cfg.attach_url:
+                return EmbeddedEngine(cfg.attach_url, model_name, publish_dir=self.settings.data_dir / "published")
+            served, tokenizer, _ = await asyncio.to_thread(load_model_and_tokenizer, str(model_dir))
+            generator = Generator(served, tokenizer, max_batch_rows=cfg.max_batch_rows)
+            server = EmbeddedServer(generator, model_name, cfg.host, cfg.port).start()
+            self._closers += [server.stop, generator.close]
+            logger.info("embedded inference server at %s/v1", server.base_url)
+            return EmbeddedEngine(server.base_url, model_name, generator=generator)
+        if cfg.kind == "vllm":
+            from trainer.engines.vllm import VLLMEngine
+
+            if cfg.attach_url:
+                return VLLMEngine(cfg.attach_url, model_name, model_dir)
+            engine = await VLLMEngine.launch(model_dir, model_name, host=cfg.host, port=cfg.port or 8000, extra_args=cfg.vllm_args)
+            self._closers.append(engine.close)
+            return engine
+        return None
+
+    async def run(self) -> None:
+        from agl_stream.kafka import RecordProducer
+
+        from trainer.models import load_model_and_tokenizer
+
+        cfg = self.config
+        model, tokenizer, model_dir = await asyncio.to_thread(load_model_and_tokenizer, cfg.model)
+        model_name = cfg.engine.model_name or (cfg.model if cfg.model in ("smollm2", "tiny") else Path(cfg.model).name)
+        policy = HFPolicy(model, cfg.optim, cfg.backend)
+        checkpoint_dir = cfg.checkpoint_dir or self.settings.data_dir / "checkpoints" / cfg.run_id
+        sinks: list[Any] = [LogSink(cfg.max_steps, cfg.metrics.progress)]
+        if cfg.metrics.clickhouse:
+            try:
+                sinks.append(ClickHouseSink(self.settings.effective_clickhouse_dsn, cfg.run_id))
+            except Exception as exc:  # metrics must not stop training
+                logger.warning("ClickHouse metrics disabled: %r", exc)
+        sinks += optional_sinks(cfg.metrics.tensorboard_dir, cfg.metrics.wandb_project)
+        metrics = MetricsHub(sinks)
+
+        producer = await RecordProducer(self.settings).start()
+        try:
+            engine = await self._engine(model_dir, model_name)
+            publisher = None
+            if engine is not None:
+                publisher = WeightPublisher(engine, producer, self.settings, resources_id=cfg.resources_id,
+                                            sampling_parameters=cfg.sampling_parameters)
+            learner = self.learner = Learner(
+                self.settings, policy, tokenizer, cfg.algorithm, cfg.batcher,
+                publisher=publisher, checkpoints=CheckpointManager(checkpoint_dir, cfg.keep_checkpoints),
+                metrics=metrics, publish_every=cfg.publish_every, checkpoint_every=cfg.checkpoint_every,
+                dlq_producer=producer,
+            )
+            await learner.start()
+            if publisher is not None:
+                if learner.policy_version > 0:
+                    await learner.publish()  # the engine loaded the base weights; serve the checkpoint's
+                else:
+                    await publisher.announce(0)
+            await self._loop(learner, producer)
+            if cfg.checkpoint_every:
+                await learner.checkpoint()
+        finally:
+            if self.learner is not None:
+                await self.learner.stop()
+            metrics.close()
+            await producer.stop()
+            for close in reversed(self._closers):
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result
+
+    async def _loop(self, learner: Learner, producer: Any) -> None:
+        cfg = self.config
+        scheduler_task: Optional[asyncio.Task[None]] = None
+        in_flight = None
+        if cfg.scheduler is not None:
+            from trainer.scheduler import InFlight, TaskScheduler, load_dataset
+
+            if not cfg.scheduler.dataset:
+                raise ValueError("scheduler.dataset is required when a scheduler is configured")
+            items = load_dataset(cfg.scheduler.dataset)
+            in_flight = InFlight(self.settings)
+            await in_flight.start()
+            self.scheduler = TaskScheduler(self.settings, producer, items, cfg.scheduler, in_flight=in_flight)
+            self.scheduler.restore(learner.extra_state.get("scheduler", {}))
+            scheduler_task = asyncio.create_task(self.scheduler.run(), name="agl-scheduler")
+        idle = 0.0
+        try:
+            while cfg.max_steps is None or learner.step < cfg.max_steps:
+                if scheduler_task is not None and scheduler_task.done() and scheduler_task.exception():
+                    raise scheduler_task.exception()  # type: ignore[misc]
+                if self.scheduler is not None:
+                    learner.extra_state["scheduler"] = self.scheduler.state()
+                finished = scheduler_task is None or (scheduler_task.done() and in_flight is not None and in_flight.count == 0)
+                metrics = await learner.step_once(timeout=5.0, force=finished)
+                if metrics is not None:
+                    idle = 0.0
+                    continue
+                idle += 5.0
+                if finished and scheduler_task is not None and idle >= cfg.idle_timeout_s:
+                    logger.info("dataset done and no batch for %.0fs: stopping", idle)
+                    return
+        finally:
+            if scheduler_task is not None:
+                scheduler_task.cancel()
+                await asyncio.gather(scheduler_task, return_exceptions=True)
+            if in_flight is not None:
+                await in_flight.stop()
