@@ -104,6 +104,16 @@ def decode_envelope(raw: Optional[bytes]) -> tuple[str, int, Any]:
 def decode(raw: Optional[bytes], model: type[M]) -> M:
     """Deserialize envelope bytes into ``model``, raising :class:`RecordError` with the reason."""
     expected = schema_name(model)
+    prefix = _PREFIXES[model]
+    if raw is not None and raw.startswith(prefix) and raw.endswith(b"}"):
+        # Fast path for what our own producers write: validate the data part straight from JSON
+        # (about twice as fast as parsing to Python objects first).
+        try:
+            return model.model_validate_json(raw[len(prefix) : -1])
+        except ValidationError as exc:
+            if any(e["type"] != "json_invalid" for e in exc.errors(include_url=False)):
+                raise RecordError(f"invalid {expected} record: {_summarize(exc)}", raw, expected) from None
+            # not valid JSON as sliced (e.g. trailing bytes): fall through to the general path
     schema, _version, data = decode_envelope(raw)
     if schema != expected:
         raise RecordError(f"expected schema {expected!r}, got {schema!r}", raw, schema)

@@ -1,0 +1,246 @@
+"""Command-line entry points of the ClickHouse side: ``clickhouse``, ``sql`` and ``replay``.
+
+Registered in ``agl_stream/cli/main.py``'s SUBCOMMANDS:
+
+* ``agl-stream clickhouse migrate|status|sink`` - schema migrations and the Kafka -> ClickHouse sinks
+* ``agl-stream sql "SELECT ..." [--format table|csv|json]`` / ``--saved NAME`` / ``--list``
+* ``agl-stream replay --adapter SPEC [--adapter-option k=v] [--from DSN] [--rollout-id ...|--since 2h]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+
+from agl_stream.config import Settings
+
+clickhouse = typer.Typer(help="ClickHouse schema migrations and the Kafka -> ClickHouse sinks.", no_args_is_help=True)
+
+DSN_HELP = "ClickHouse DSN: chdb:///dir or http(s)://user:pass@host:8123/db (default: AGL_CLICKHOUSE_DSN or <data_dir>/clickhouse)"
+
+
+def _dsn(dsn: Optional[str]) -> str:
+    return dsn or Settings.from_env().effective_clickhouse_dsn
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+# ---------------------------------------------------------------------------------------------- clickhouse
+
+
+@clickhouse.command("migrate")
+def migrate_command(
+    dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP),
+    migrations_dir: Optional[Path] = typer.Option(None, "--migrations-dir", help="default: deploy/clickhouse/migrations"),
+) -> None:
+    """Apply pending schema migrations (idempotent: an up-to-date database is left alone)."""
+    from processors.clickhouse import connect
+    from processors.clickhouse.migrations import MIGRATIONS_DIR, MigrationError, migrate
+
+    with connect(_dsn(dsn)) as ch:
+        try:
+            applied = migrate(ch, migrations_dir or MIGRATIONS_DIR)
+        except MigrationError as exc:
+            _fail(str(exc))
+        where = ch.target.describe()
+    for m in applied:
+        typer.echo(f"applied {m.version:04d}_{m.name}")
+    typer.echo(f"schema up to date at {where}")
+
+
+@clickhouse.command("status")
+def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP)) -> None:
+    """Show applied and pending migrations and the row count of every table."""
+    from processors.clickhouse import connect
+    from processors.clickhouse.migrations import applied, load_migrations
+
+    with connect(_dsn(dsn)) as ch:
+        done = applied(ch)
+        for m in load_migrations():
+            typer.echo(f"{m.version:04d}_{m.name}: {'applied' if m.version in done else 'PENDING'}")
+        _cols, rows = ch.query_rows(
+            "SELECT name, total_rows FROM system.tables WHERE database = currentDatabase() ORDER BY name"
+        )
+    for name, total in rows:
+        typer.echo(f"  {name}: {total if total is not None else '?'} rows")
+
+
+@clickhouse.command("sink")
+def sink_command(
+    names: Optional[list[str]] = typer.Argument(
+        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq"
+    ),
+    batch_size: int = typer.Option(5000, "--batch-size", min=1, help="records per insert"),
+    max_wait: float = typer.Option(0.5, "--max-wait", min=0.01, help="seconds a batch may wait to fill"),
+    until_idle: Optional[float] = typer.Option(None, "--until-idle", help="exit after this many idle seconds (drain mode)"),
+    health_interval: float = typer.Option(10.0, "--health-interval", help="seconds between health lines on stdout"),
+    apply_migrations: Optional[bool] = typer.Option(
+        None, "--migrate/--no-migrate", help="apply pending migrations first (default: only with the embedded engine)"
+    ),
+) -> None:
+    """Run the Kafka -> ClickHouse sinks in this process (one shared client; Ctrl+C stops gracefully).
+
+    With the embedded engine every sink must run in this one process (chdb: one process per data
+    directory); with an HTTP DSN start as many processes as you like, each with any subset.
+    """
+    from agl_stream.cli._async import run_until_signal
+    from processors.sinks import SinkOptions, SinkService
+    from processors.sinks.specs import resolve
+
+    settings = Settings.from_env()
+    try:
+        resolve(names)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    service = SinkService(
+        settings, names, options=SinkOptions(batch_size=batch_size, max_wait=max_wait), apply_migrations=apply_migrations
+    )
+
+    def report(_stats: Any) -> None:
+        typer.echo(json.dumps({"health": service.health()}))
+        sys.stdout.flush()
+
+    run_until_signal(lambda stop: service.run(stop, idle_exit=until_idle, on_health=report, health_interval=health_interval))
+    typer.echo(json.dumps({"final": service.health()}))
+
+
+# ---------------------------------------------------------------------------------------------- sql
+
+
+def sql(
+    query: Optional[str] = typer.Argument(None, help="SQL to run (tables: spans, rollouts, attempts, triplets, ...)"),
+    saved: Optional[str] = typer.Option(None, "--saved", "-s", help="run a saved query by name"),
+    list_saved: bool = typer.Option(False, "--list", "-l", help="list the saved queries"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json (JSON Lines)"),
+    dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP),
+) -> None:
+    """Run SQL (or a saved query) against the agl tables and print a table, CSV or JSON."""
+    from processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
+    from processors.analytics.output import FORMATS
+
+    if fmt not in FORMATS:
+        _fail(f"--format must be one of {', '.join(FORMATS)}")
+    if list_saved:
+        queries = load_saved_queries()
+        _print(("name", "title", "description"), [(q.name, q.title, q.description) for q in queries.values()], fmt, "saved queries")
+        return
+    if (query is None) == (saved is None):
+        _fail("give a SQL query or --saved NAME (or --list)")
+    title = None
+    if saved is not None:
+        try:
+            saved_query = get_saved_query(saved)
+        except SavedQueryError as exc:
+            _fail(str(exc))
+        query, title = saved_query.sql, saved_query.title
+    from clickhouse_connect.driver.exceptions import ClickHouseError
+
+    from processors.clickhouse import connect
+
+    with connect(_dsn(dsn)) as ch:
+        try:
+            columns, rows = ch.query_rows(query or "")
+        except ClickHouseError as exc:
+            _fail(str(exc).strip(), code=1)
+    _print(columns, rows, fmt, title)
+
+
+def _print(columns: Any, rows: Any, fmt: str, title: Optional[str]) -> None:
+    from processors.analytics.output import to_csv, to_json_lines, to_rich_table
+
+    if fmt == "csv":
+        sys.stdout.write(to_csv(columns, rows))
+    elif fmt == "json":
+        sys.stdout.write(to_json_lines(columns, rows))
+    else:
+        from rich.console import Console
+
+        Console().print(to_rich_table(columns, rows, title))
+        typer.echo(f"{len(rows)} row(s)", err=True)
+
+
+# ---------------------------------------------------------------------------------------------- replay
+
+
+def replay(
+    adapter: str = typer.Option(
+        ..., "--adapter", "-a", help="tracer, llm_proxy, a class name or package.module:Class (options: NAME:k=v,k=v)"
+    ),
+    adapter_option: Optional[list[str]] = typer.Option(None, "--adapter-option", "-o", help="k=v (JSON values), repeatable"),
+    source: Optional[str] = typer.Option(None, "--from", help=DSN_HELP),
+    rollout_id: Optional[list[str]] = typer.Option(None, "--rollout-id", "-r", help="replay these rollouts (repeatable)"),
+    since: Optional[str] = typer.Option(None, "--since", help="attempts whose first span is newer: 30m, 2h, 7d or ISO time"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="at most this many attempts"),
+    to_topic: Optional[str] = typer.Option(
+        None, "--to-topic", help="publish to this catalog topic (e.g. triplets) instead of the table"
+    ),
+    to_table: bool = typer.Option(False, "--to-table", help="write rows to the triplets table (the default)"),
+    label: Optional[str] = typer.Option(
+        None, "--label", help="tag of the replayed rows (Adapter = replay:<label>); default: the adapter spec"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="adapt and report, write nothing"),
+) -> None:
+    """Re-derive triplets from stored spans with another adapter configuration."""
+    from processors.clickhouse import connect
+    from processors.replay import (
+        ReplayError,
+        ReplayReport,
+        Selection,
+        load_adapter,
+        parse_since,
+        publish_to_topic,
+        write_to_table,
+    )
+    from processors.replay import replay as run_replay
+
+    if to_topic and to_table:
+        _fail("choose --to-topic or --to-table, not both")
+    options: dict[str, Any] = {}
+    for item in adapter_option or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            _fail(f"--adapter-option {item!r} is not k=v")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    try:
+        fn = load_adapter(adapter, options)
+        selection = Selection(tuple(rollout_id or ()), parse_since(since) if since else None, limit)
+    except ReplayError as exc:
+        _fail(str(exc))
+    tag = label or adapter + "".join(f",{k}={json.dumps(v)}" for k, v in sorted(options.items()))
+    report = ReplayReport(tag)
+    settings = Settings.from_env()
+    with connect(source or settings.effective_clickhouse_dsn) as ch:
+        try:
+            trajectories = list(run_replay(ch, fn, label=tag, selection=selection, report=report))
+        except ReplayError as exc:
+            _fail(str(exc))
+        if dry_run:
+            written = 0
+        elif to_topic:
+            written = asyncio.run(publish_to_topic(settings, settings.topic(to_topic), trajectories))
+        else:
+            written = write_to_table(ch, trajectories)
+    summary = {
+        "label": f"replay:{tag}",
+        "attempts": report.attempts,
+        "spans": report.spans,
+        "trajectories": report.trajectories,
+        "triplets": report.triplets,
+        "written": written,
+        "destination": "none (dry run)" if dry_run else (settings.topic(to_topic) if to_topic else "table triplets"),
+        "adapter_failures": report.failures,
+    }
+    typer.echo(json.dumps(summary, indent=2))
+    if report.failures:
+        raise typer.Exit(1)

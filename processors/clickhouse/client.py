@@ -1,0 +1,163 @@
+"""One ClickHouse client for both transports, chosen by DSN: ``chdb:///dir`` or ``http(s)://user:pass@host:port/db``.
+
+Both go through ``clickhouse_connect.get_client`` so every caller uses the same Client API. The
+embedded engine (chdb) allows one data directory per process and its client is not documented as
+thread-safe, so :class:`ClickHouse` serializes every call behind a lock; the ``a*`` methods run the
+blocking calls in a worker thread so an event loop running several sinks never blocks on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+from urllib.parse import unquote, urlparse, urlunparse
+
+import clickhouse_connect
+import pyarrow as pa
+from clickhouse_connect.driver.client import Client
+
+DEFAULT_DATABASE = "agl"
+_DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ClickHouseConfigError(ValueError):
+    """The DSN cannot be used (bad scheme, bad database name)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the data lives: the DSN with the database split off, and the database name."""
+
+    dsn: str
+    database: str
+    embedded: bool
+
+    def describe(self) -> str:
+        """The DSN without credentials, for logs and CLI output."""
+        parsed = urlparse(self.dsn)
+        if self.embedded:
+            return f"chdb://{parsed.path} (database {self.database})"
+        host = parsed.hostname or ""
+        port = f":{parsed.port}" if parsed.port else ""
+        return f"{parsed.scheme}://{host}{port} (database {self.database})"
+
+
+def parse_dsn(dsn: str, database: Optional[str] = None) -> Target:
+    """Split ``dsn`` into a connection DSN and a database name.
+
+    ``chdb:///abs/dir`` is a data directory (database ``agl`` unless ``?database=`` or ``database``
+    says otherwise); ``http(s)://user:pass@host:port/db`` names the database in its path.
+    """
+    parsed = urlparse(dsn)
+    if parsed.scheme == "chdb":
+        if parsed.netloc and parsed.netloc not in ("memory", ":memory:"):
+            raise ClickHouseConfigError(f"{dsn!r}: use chdb:///absolute/path (three slashes) for a data directory")
+        query = dict(p.split("=", 1) for p in parsed.query.split("&") if "=" in p)
+        db = database or query.pop("database", None) or DEFAULT_DATABASE
+        rest = "&".join(f"{k}={v}" for k, v in query.items())
+        conn = f"chdb://{parsed.netloc}{parsed.path}" + (f"?{rest}" if rest else "")
+        embedded = True
+    elif parsed.scheme in ("http", "https"):
+        if not parsed.hostname:
+            raise ClickHouseConfigError(f"{dsn!r} has no host")
+        path_db = unquote(parsed.path.strip("/")) or None
+        db = database or path_db or DEFAULT_DATABASE
+        conn = urlunparse((parsed.scheme, parsed.netloc, "", "", parsed.query, ""))
+        embedded = False
+    else:
+        raise ClickHouseConfigError(f"{dsn!r}: the ClickHouse DSN must start with chdb://, http:// or https://")
+    if not _DB_NAME.match(db):
+        raise ClickHouseConfigError(f"database name {db!r} must match {_DB_NAME.pattern}")
+    return Target(conn, db, embedded)
+
+
+class ClickHouse:
+    """A lock-guarded clickhouse-connect client bound to one database (created on demand)."""
+
+    def __init__(self, target: Target, *, create_database: bool = False) -> None:
+        self.target = target
+        self.database = target.database
+        self._lock = threading.Lock()
+        self._client: Client = clickhouse_connect.get_client(dsn=target.dsn)
+        self._client.database = self.database  # applied per query; the database may not exist yet
+        if create_database:
+            try:
+                self.ensure_database()
+            except BaseException:
+                self._client.close()
+                raise
+
+    @classmethod
+    def connect(cls, dsn: str, database: Optional[str] = None, *, create_database: bool = False) -> "ClickHouse":
+        return cls(parse_dsn(dsn, database), create_database=create_database)
+
+    def ensure_database(self) -> None:
+        """``CREATE DATABASE IF NOT EXISTS`` (DDL: only the migrator needs the right to do it)."""
+        with self._lock:
+            self._client.command(f"CREATE DATABASE IF NOT EXISTS {self.database}", use_database=False)
+
+    @property
+    def raw(self) -> Client:
+        """The underlying clickhouse-connect client; callers must not use it concurrently."""
+        return self._client
+
+    # ---------------------------------------------------------------- blocking API (serialized)
+
+    def command(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> Any:
+        with self._lock:
+            return self._client.command(sql, parameters=parameters)
+
+    def query_arrow(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> pa.Table:
+        with self._lock:
+            return self._client.query_arrow(sql, parameters=parameters, use_strings=True)
+
+    def query_rows(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Column names and rows as Python values."""
+        with self._lock:
+            result = self._client.query(sql, parameters=parameters)
+            return list(result.column_names), [tuple(r) for r in result.result_rows]
+
+    def scalar(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> Any:
+        _cols, rows = self.query_rows(sql, parameters)
+        return rows[0][0] if rows else None
+
+    def insert_arrow(self, table: str, data: pa.Table) -> int:
+        """Insert a pyarrow table whose column names match the target table; returns the row count."""
+        if data.num_rows == 0:
+            return 0
+        with self._lock:
+            self._client.insert_arrow(table, data)
+        return data.num_rows
+
+    def table_exists(self, table: str) -> bool:
+        return bool(self.scalar("EXISTS TABLE {db:Identifier}.{t:Identifier}", {"db": self.database, "t": table}))
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
+
+    def __enter__(self) -> "ClickHouse":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- async API (off the event loop)
+
+    async def ainsert_arrow(self, table: str, data: pa.Table) -> int:
+        return await asyncio.to_thread(self.insert_arrow, table, data)
+
+    async def aquery_arrow(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> pa.Table:
+        return await asyncio.to_thread(self.query_arrow, sql, parameters)
+
+    async def acommand(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> Any:
+        return await asyncio.to_thread(self.command, sql, parameters)
+
+
+def connect(dsn: str, database: Optional[str] = None, *, create_database: bool = False) -> ClickHouse:
+    """Open the store at ``dsn`` (see :func:`parse_dsn`); ``create_database`` creates it if missing."""
+    return ClickHouse.connect(dsn, database, create_database=create_database)
+

@@ -1,0 +1,253 @@
+"""Spans to ``spans`` rows (the OpenTelemetry ``otel_traces`` layout) and back, without loss.
+
+Attribute maps in ClickHouse hold strings. String values are stored as they are (so SQL and
+Grafana read ``SpanAttributes['gen_ai.request.model']`` naturally); every other value (numbers,
+bools, lists such as ``prompt_token_ids``) is stored as JSON and its key is listed in the
+matching ``*JsonKeys`` column, which is how :func:`span_from_row` restores the original types.
+Times are nanoseconds; a span without an end time is stored with ``Duration = 0`` and
+``EndTimeMissing``; a span without a start time uses its end time, else the Kafka record time.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Optional
+
+import pyarrow as pa
+
+from agl_stream.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus
+from processors.clickhouse.columns import STR_LIST, STR_MAP, UTC_NS, RowError, seconds_to, to_json
+
+SPAN_SCHEMA = pa.schema(
+    [
+        ("Timestamp", UTC_NS),
+        ("TraceId", pa.string()),
+        ("SpanId", pa.string()),
+        ("ParentSpanId", pa.string()),
+        ("TraceState", pa.string()),
+        ("SpanName", pa.string()),
+        ("SpanKind", pa.string()),
+        ("ServiceName", pa.string()),
+        ("ResourceAttributes", STR_MAP),
+        ("ScopeName", pa.string()),
+        ("ScopeVersion", pa.string()),
+        ("SpanAttributes", STR_MAP),
+        ("Duration", pa.uint64()),
+        ("StatusCode", pa.string()),
+        ("StatusMessage", pa.string()),
+        ("Events.Timestamp", pa.list_(UTC_NS)),
+        ("Events.Name", STR_LIST),
+        ("Events.Attributes", pa.list_(STR_MAP)),
+        ("Events.JsonKeys", pa.list_(STR_LIST)),
+        ("Links.TraceId", STR_LIST),
+        ("Links.SpanId", STR_LIST),
+        ("Links.TraceState", STR_LIST),
+        ("Links.Attributes", pa.list_(STR_MAP)),
+        ("Links.JsonKeys", pa.list_(STR_LIST)),
+        ("RolloutId", pa.string()),
+        ("AttemptId", pa.string()),
+        ("SequenceId", pa.uint64()),
+        ("SpanAttributesJsonKeys", STR_LIST),
+        ("ResourceAttributesJsonKeys", STR_LIST),
+        ("ResourceSchemaUrl", pa.string()),
+        ("EndTimeMissing", pa.bool_()),
+    ]
+)
+
+# OTel status/kind spellings as the ClickHouse exporter writes them, and back.
+_STATUS_TO_OTEL = {"UNSET": "Unset", "OK": "Ok", "ERROR": "Error"}
+_STATUS_FROM_OTEL = {v: k for k, v in _STATUS_TO_OTEL.items()}
+_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER", "UNSPECIFIED")
+_KIND_TO_OTEL = {k: k.capitalize() for k in _KINDS}
+_KIND_FROM_OTEL = {v: k for k, v in _KIND_TO_OTEL.items()}
+
+SERVICE_NAME = "service.name"
+TRACER_NAME = "agentlightning.tracer.name"
+
+
+def encode_attributes(attributes: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(map entries, keys whose values are JSON) for an attribute dict."""
+    entries: list[tuple[str, str]] = []
+    json_keys: list[str] = []
+    for key, value in attributes.items():
+        if type(value) is str:
+            entries.append((key, value))
+        elif isinstance(value, str):  # a str subclass (an enum value): keep the plain text
+            entries.append((key, str(value)))
+        else:
+            entries.append((key, to_json(value)))
+            json_keys.append(key)
+    return entries, json_keys
+
+
+def decode_attributes(entries: Iterable[tuple[str, str]] | Mapping[str, str], json_keys: Iterable[str]) -> dict[str, Any]:
+    typed = set(json_keys)
+    items = entries.items() if isinstance(entries, Mapping) else entries
+    return {k: (json.loads(v) if k in typed else v) for k, v in items}
+
+
+def encode_trace_state(state: Mapping[str, str]) -> str:
+    """W3C tracestate header form: ``k1=v1,k2=v2``."""
+    return ",".join(f"{k}={v}" for k, v in state.items())
+
+
+def decode_trace_state(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for member in filter(None, (m.strip() for m in text.split(","))):
+        key, _, value = member.partition("=")
+        out[key] = value
+    return out
+
+
+_NO_EVENTS: dict[str, list[Any]] = {
+    name: [] for name in ("Events.Timestamp", "Events.Name", "Events.Attributes", "Events.JsonKeys")
+}
+_NO_LINKS: dict[str, list[Any]] = {
+    name: [] for name in ("Links.TraceId", "Links.SpanId", "Links.TraceState", "Links.Attributes", "Links.JsonKeys")
+}
+
+
+def _events_columns(span: Span) -> dict[str, list[Any]]:
+    encoded = [encode_attributes(e.attributes) for e in span.events]
+    return {
+        "Events.Timestamp": [seconds_to(e.timestamp, 1_000_000_000, "event timestamp") or 0 for e in span.events],
+        "Events.Name": [e.name for e in span.events],
+        "Events.Attributes": [a for a, _ in encoded],
+        "Events.JsonKeys": [k for _, k in encoded],
+    }
+
+
+def _links_columns(span: Span) -> dict[str, list[Any]]:
+    encoded = [encode_attributes(link.attributes) for link in span.links]
+    return {
+        "Links.TraceId": [link.context.trace_id for link in span.links],
+        "Links.SpanId": [link.context.span_id for link in span.links],
+        "Links.TraceState": [encode_trace_state(link.context.trace_state) for link in span.links],
+        "Links.Attributes": [a for a, _ in encoded],
+        "Links.JsonKeys": [k for _, k in encoded],
+    }
+
+
+def span_to_row(span: Span, record_timestamp_ms: Optional[int] = None) -> dict[str, Any]:
+    """One ``spans`` row; raises :class:`RowError` for values ClickHouse cannot hold."""
+    start = seconds_to(span.start_time, 1_000_000_000, "start_time")
+    end = seconds_to(span.end_time, 1_000_000_000, "end_time")
+    if start is None:
+        start = end if end is not None else (record_timestamp_ms or 0) * 1_000_000
+    if end is not None and end < start:
+        raise RowError(f"end_time {span.end_time} is before start_time {span.start_time}")
+    span_attrs, span_json = encode_attributes(span.attributes)
+    res_attrs, res_json = encode_attributes(span.resource.attributes)
+    res_map = span.resource.attributes
+    trace_state = encode_trace_state(span.context.trace_state) if span.context is not None else ""
+    return {
+        "Timestamp": start,
+        "TraceId": span.trace_id,
+        "SpanId": span.span_id,
+        "ParentSpanId": span.parent_id or "",
+        "TraceState": trace_state,
+        "SpanName": span.name,
+        "SpanKind": _KIND_TO_OTEL.get(span.kind.upper(), span.kind),
+        "ServiceName": str(res_map.get(SERVICE_NAME, "")),
+        "ResourceAttributes": res_attrs,
+        "ScopeName": str(res_map.get(TRACER_NAME, "")),
+        "ScopeVersion": "",
+        "SpanAttributes": span_attrs,
+        "Duration": (end - start) if end is not None else 0,
+        "StatusCode": _STATUS_TO_OTEL[span.status.status_code],
+        "StatusMessage": span.status.description or "",
+        **(_events_columns(span) if span.events else _NO_EVENTS),
+        **(_links_columns(span) if span.links else _NO_LINKS),
+        "RolloutId": span.rollout_id,
+        "AttemptId": span.attempt_id,
+        "SequenceId": span.sequence_id,
+        "SpanAttributesJsonKeys": span_json,
+        "ResourceAttributesJsonKeys": res_json,
+        "ResourceSchemaUrl": span.resource.schema_url,
+        "EndTimeMissing": end is None,
+    }
+
+
+def _ns(value: Any) -> int:
+    """A timestamp column value (pandas Timestamp, datetime or int ns) as integer nanoseconds."""
+    if isinstance(value, int):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, int):  # pandas.Timestamp
+        return int(value.value)
+    if isinstance(value, datetime):
+        return round(value.timestamp() * 1_000_000_000)
+    raise TypeError(f"unexpected timestamp value {value!r}")
+
+
+def _seconds(ns: int) -> float:
+    return ns / 1_000_000_000
+
+
+def span_from_row(row: Mapping[str, Any]) -> Span:
+    """Rebuild the agl :class:`Span` from a ``spans`` row (as read by :func:`read_span_rows`)."""
+    start_ns = _ns(row["Timestamp"])
+    end_ns = None if row["EndTimeMissing"] else start_ns + int(row["Duration"])
+    trace_id, span_id = row["TraceId"], row["SpanId"]
+    parent_id = row["ParentSpanId"] or None
+    trace_state = decode_trace_state(row["TraceState"])
+    events = [
+        Event(name=name, attributes=decode_attributes(attrs, keys), timestamp=_seconds(_ns(ts)) if _ns(ts) else None)
+        for ts, name, attrs, keys in zip(
+            row["Events.Timestamp"], row["Events.Name"], row["Events.Attributes"], row["Events.JsonKeys"]
+        )
+    ]
+    links = [
+        Link(
+            context=SpanContext(trace_id=tid, span_id=sid, trace_state=decode_trace_state(state)),
+            attributes=decode_attributes(attrs, keys),
+        )
+        for tid, sid, state, attrs, keys in zip(
+            row["Links.TraceId"], row["Links.SpanId"], row["Links.TraceState"], row["Links.Attributes"], row["Links.JsonKeys"]
+        )
+    ]
+    status = _STATUS_FROM_OTEL.get(row["StatusCode"], "UNSET")
+    return Span(
+        rollout_id=row["RolloutId"],
+        attempt_id=row["AttemptId"],
+        sequence_id=int(row["SequenceId"]),
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_id=parent_id,
+        name=row["SpanName"],
+        status=TraceStatus(status_code=status, description=row["StatusMessage"] or None),  # type: ignore[arg-type]
+        attributes=decode_attributes(row["SpanAttributes"], row["SpanAttributesJsonKeys"]),
+        events=events,
+        links=links,
+        start_time=_seconds(start_ns),
+        end_time=_seconds(end_ns) if end_ns is not None else None,
+        context=SpanContext(trace_id=trace_id, span_id=span_id, trace_state=trace_state),
+        parent=SpanContext(trace_id=trace_id, span_id=parent_id) if parent_id else None,
+        resource=OtelResource(
+            attributes=decode_attributes(row["ResourceAttributes"], row["ResourceAttributesJsonKeys"]),
+            schema_url=row["ResourceSchemaUrl"],
+        ),
+        kind=_KIND_FROM_OTEL.get(row["SpanKind"], row["SpanKind"]),
+    )
+
+
+SPAN_COLUMNS = ", ".join(f"`{name}`" for name in SPAN_SCHEMA.names)
+
+
+def spans_from_arrow(table: pa.Table) -> list[Span]:
+    """Spans from an arrow result of ``SELECT {SPAN_COLUMNS} FROM spans ...``."""
+    return [span_from_row(row) for row in _arrow_rows(table)]
+
+
+def _arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows with timestamps kept as integer nanoseconds (``to_pylist`` would go through datetime)."""
+    columns: dict[str, list[Any]] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type):
+            columns[name] = col.cast(pa.int64()).to_pylist()
+        elif pa.types.is_list(col.type) and pa.types.is_timestamp(col.type.value_type):
+            columns[name] = col.cast(pa.list_(pa.int64())).to_pylist()
+        else:
+            columns[name] = col.to_pylist()
+    return [{name: columns[name][i] for name in columns} for i in range(table.num_rows)]

@@ -1,0 +1,267 @@
+"""One topic -> one ClickHouse table, at least once, never skipping data.
+
+The loop: collect decoded records until ``batch_size`` records or ``max_wait`` seconds after the
+first one, convert them to rows (records that cannot be decoded or converted become dead letters),
+insert the rows and the dead letters, and only then mark the records done and commit their
+offsets. The next batch is collected while one is written (one write in flight, in order). A failed insert is retried with exponential backoff for as long as it takes; nothing is
+committed meanwhile, so a crash at any point replays the uncommitted records, and the tables'
+ReplacingMergeTree keys collapse the replayed rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Optional, TypeVar
+
+import pyarrow as pa
+from aiokafka.structs import ConsumerRecord
+
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.types import DeadLetter
+from processors.clickhouse.client import ClickHouse
+from processors.clickhouse.columns import ColumnBatch, RowError
+from processors.dlq import DeadLetterWriter
+from processors.sinks.specs import DEAD_LETTER_SPEC, SinkSpec
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class SinkStopped(Exception):
+    """The sink was asked to stop while a write was still failing; nothing was committed."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    batch_size: int = 5000
+    max_wait: float = 0.5
+    poll_timeout: float = 0.5
+    retry_initial: float = 0.2
+    retry_max: float = 10.0
+
+
+@dataclass
+class SinkStats:
+    records: int = 0
+    rows: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    retries: int = 0
+    commits: int = 0
+    last_error: Optional[str] = None
+    last_record_at: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    pending: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "records": self.records,
+            "rows": self.rows,
+            "dead_letters": self.dead_letters,
+            "batches": self.batches,
+            "retries": self.retries,
+            "pending": self.pending,
+            "ready": self.ready,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass
+class _Batch:
+    records: list[ConsumerRecord] = field(default_factory=list)
+    good: list[tuple[object, ConsumerRecord]] = field(default_factory=list)
+    bad: list[tuple[str, str, ConsumerRecord]] = field(default_factory=list)  # (reason, error type, record)
+
+
+class Sink:
+    def __init__(
+        self,
+        spec: SinkSpec,
+        settings: Settings,
+        ch: ClickHouse,
+        dlq: Optional[RecordProducer],
+        options: SinkOptions = SinkOptions(),
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.ch = ch
+        self.dlq = DeadLetterWriter(settings, dlq, f"sink-{spec.name}") if dlq is not None else None
+        self.options = options
+        self.topic = settings.topic(spec.topic)
+        self.stats = SinkStats()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    async def run(self, stop: asyncio.Event) -> SinkStats:
+        """Collect the next batch while the previous one is written (at most one write in flight, in order)."""
+        consumer = RecordConsumer(
+            self.settings, [self.topic], self.spec.group_id, max_poll_records=self.options.batch_size
+        )
+        await consumer.start()
+        logger.info("sink %s: %s -> table %s (group %s)", self.name, self.topic, self.spec.table, self.spec.group_id)
+        writing: Optional[asyncio.Task[None]] = None
+        try:
+            while True:
+                batch = await self._collect(consumer, stop)
+                if writing is not None:
+                    await writing  # batches are written and committed in order
+                    writing = None
+                if batch.records:  # on stop too: a graceful shutdown writes what it already fetched
+                    writing = asyncio.create_task(self._flush(consumer, batch, stop))
+                if stop.is_set():
+                    break
+            if writing is not None:
+                await writing
+        except SinkStopped:
+            logger.warning("sink %s stopped with an unwritten batch; it will be re-read on restart", self.name)
+        finally:
+            if writing is not None and not writing.done():
+                writing.cancel()
+                await asyncio.gather(writing, return_exceptions=True)
+            await consumer.stop(commit=True)
+        return self.stats
+
+    # ---------------------------------------------------------------- collecting
+
+    async def _collect(self, consumer: RecordConsumer, stop: asyncio.Event) -> _Batch:
+        batch = _Batch()
+        deadline: Optional[float] = None
+        while not stop.is_set():
+            if deadline is None:
+                timeout = self.options.poll_timeout
+            else:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+            room = self.options.batch_size - len(batch.records)
+            good, bad = await consumer.get_decoded(self.spec.model, timeout=timeout, max_records=room)
+            self.stats.ready = self.stats.ready or bool(consumer.raw.assignment())
+            for decoded in good:
+                batch.good.append((decoded.value, decoded.record))
+                batch.records.append(decoded.record)
+            for rejected in bad:
+                batch.bad.append((rejected.error.reason, type(rejected.error).__name__, rejected.record))
+                batch.records.append(rejected.record)
+            if good or bad:
+                self.stats.last_record_at = time.monotonic()
+                self.stats.pending += len(good) + len(bad)
+                if deadline is None:
+                    deadline = time.monotonic() + self.options.max_wait
+            if len(batch.records) >= self.options.batch_size or not batch.records:
+                break  # full, or an idle poll: hand back so the caller re-checks ``stop``
+        return batch
+
+    # ---------------------------------------------------------------- writing
+
+    def _rows(self, batch: _Batch) -> tuple[pa.Table, list[tuple[str, str, ConsumerRecord]]]:
+        """Rows of the decodable records; records whose rows cannot be built join the rejects."""
+        bad = list(batch.bad)
+        columns = ColumnBatch(self.spec.schema)
+        per_record: list[tuple[list[dict[str, object]], ConsumerRecord]] = []
+        for value, record in batch.good:
+            try:
+                per_record.append((self.spec.to_rows(value, record.timestamp), record))
+            except (RowError, ValueError, TypeError) as exc:
+                bad.append((f"cannot convert to {self.spec.table} rows: {exc}", type(exc).__name__, record))
+        for rows, _record in per_record:
+            columns.rows.extend(rows)
+        try:
+            return columns.to_arrow(), bad
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pass  # isolate the offending records below
+        columns = ColumnBatch(self.spec.schema)
+        for rows, record in per_record:
+            try:
+                for row in rows:
+                    columns.check_row(row)
+            except RowError as exc:
+                bad.append((f"cannot convert to {self.spec.table} rows: {exc}", "RowError", record))
+                continue
+            columns.rows.extend(rows)
+        return columns.to_arrow(), bad
+
+    def _dead_letter(self, reason: str, error_type: str, record: ConsumerRecord) -> DeadLetter:
+        return DeadLetter(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            payload=record.value or b"",
+            reason=reason,
+            error_type=error_type,
+            processor=f"sink-{self.name}",
+        )
+
+    async def _flush(self, consumer: RecordConsumer, batch: _Batch, stop: asyncio.Event) -> None:
+        table, bad = await asyncio.to_thread(self._rows, batch)  # CPU-bound: keep the loop (heartbeats) responsive
+        letters = [self._dead_letter(reason, kind, record) for reason, kind, record in bad]
+        await self._retry(lambda: self.ch.ainsert_arrow(self.spec.table, table), stop, f"insert into {self.spec.table}")
+        if letters:
+            await self._write_dead_letters(letters, bad, stop)
+        consumer.done_many(batch.records)
+        self.stats.records += len(batch.records)
+        self.stats.rows += table.num_rows
+        self.stats.dead_letters += len(letters)
+        self.stats.batches += 1
+        self.stats.pending -= len(batch.records)  # fetched but not yet written (the next batch may be collecting)
+        try:
+            if await consumer.commit():
+                self.stats.commits += 1
+        except Exception as exc:  # a rebalance in progress; the batch will be re-read and deduplicated
+            self.stats.last_error = f"commit failed: {exc!r}"
+            logger.warning("sink %s: commit failed (records will be re-read): %r", self.name, exc)
+
+    async def _write_dead_letters(
+        self, letters: list[DeadLetter], bad: list[tuple[str, str, ConsumerRecord]], stop: asyncio.Event
+    ) -> None:
+        """Dead letters go to the table (with the full original bytes) and to the DLQ topic."""
+        first = letters[0]
+        logger.warning(
+            "sink %s: %d dead letter(s) in this batch; first %s[%s]@%s: %s",
+            self.name, len(letters), first.source_topic, first.partition, first.offset, first.reason,
+        )  # fmt: skip
+        dead = ColumnBatch(DEAD_LETTER_SPEC.schema)
+        for letter in letters:
+            dead.rows.extend(DEAD_LETTER_SPEC.to_rows(letter, None))
+        table = dead.to_arrow()
+        await self._retry(lambda: self.ch.ainsert_arrow(DEAD_LETTER_SPEC.table, table), stop, "insert into dead_letters")
+        writer = self.dlq
+        if writer is not None and self.spec is not DEAD_LETTER_SPEC:  # never feed the DLQ its own rejects
+
+            async def publish() -> None:
+                futures = [await writer.send(reason, record=record, error_type=kind) for reason, kind, record in bad]
+                await asyncio.gather(*futures)
+
+            await self._retry(publish, stop, f"publish to {writer.topic}")
+
+    async def _retry(self, action: Callable[[], Awaitable[T]], stop: asyncio.Event, what: str) -> T:
+        delay = self.options.retry_initial
+        attempt = 0
+        while True:
+            try:
+                result = await action()
+                if attempt:
+                    logger.info("sink %s: %s succeeded after %d retries", self.name, what, attempt)
+                    self.stats.last_error = None
+                return result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                attempt += 1
+                self.stats.retries += 1
+                self.stats.last_error = f"{what}: {exc!r}"[:500]
+                logger.error("sink %s: %s failed (attempt %d, retrying in %.1fs): %r", self.name, what, attempt, delay, exc)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                    raise SinkStopped(what)
+                except asyncio.TimeoutError:
+                    pass
+                delay = min(delay * 2, self.options.retry_max)
+

@@ -1,0 +1,59 @@
+"""Which topic feeds which table: one sink per topic, each in its own consumer group ``agl-sink-<name>``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, Span, Trajectory, Worker
+from processors.clickhouse import rows
+from processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
+
+RowsOf = Callable[[Any, Optional[int]], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    name: str
+    topic: str  # catalog short name
+    model: type[BaseModel]
+    table: str
+    schema: pa.Schema
+    to_rows: RowsOf
+
+    @property
+    def group_id(self) -> str:
+        return f"agl-sink-{self.name}"
+
+
+def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str, Any]]:
+    return [span_to_row(span, record_timestamp_ms)]
+
+
+SINKS: dict[str, SinkSpec] = {
+    spec.name: spec
+    for spec in (
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows),
+        SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
+        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows),
+        SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows),
+        SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
+        SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows),
+        SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
+    )
+}
+
+DEAD_LETTER_SPEC = SINKS["dlq"]
+
+
+def resolve(names: Optional[list[str]]) -> list[SinkSpec]:
+    """Specs for ``names`` (all when empty); unknown names raise ``KeyError`` listing the known ones."""
+    if not names:
+        return list(SINKS.values())
+    unknown = [n for n in names if n not in SINKS]
+    if unknown:
+        raise KeyError(f"unknown sink(s) {unknown}; known: {sorted(SINKS)}")
+    return [SINKS[n] for n in dict.fromkeys(names)]

@@ -1,0 +1,55 @@
+"""Turning a batch into columns: a record whose values do not fit becomes a dead letter, the rest are kept."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from agl_stream.config import Settings
+from agl_stream.types import Trajectory, Triplet
+from processors.clickhouse.columns import RowError, float_list, uint32_list
+from processors.sinks.sink import Sink, _Batch
+from processors.sinks.specs import SINKS
+from tests.processors.clickhouse.store import make_trajectory
+
+
+def _record(offset: int) -> ConsumerRecord:
+    return ConsumerRecord("agl.triplets", 0, offset, 1_700_000_000_000, 0, b"k", b"{}", None, 1, 2, [])
+
+
+def _sink() -> Sink:
+    settings = Settings.from_env(env={}, kafka_bootstrap="127.0.0.1:9")
+    return Sink(SINKS["triplets"], settings, ch=None, dlq=None)  # type: ignore[arg-type]  # no I/O in _rows
+
+
+def test_unconvertible_records_are_isolated_and_the_rest_kept() -> None:
+    good = make_trajectory("ro-000000000001", n=2)
+    bad_tokens = make_trajectory("ro-000000000002", n=1)
+    bad_tokens.triplets[0].prompt["token_ids"] = [1, -3]  # caught while building rows
+    bad_logprobs = Trajectory(
+        rollout_id="ro-000000000003", attempt_id="at-00000001",
+        triplets=[Triplet(prompt={"token_ids": [1]}, response={"token_ids": [2], "logprobs": ["high"]})],
+    )  # fmt: skip  # caught only when pyarrow builds the column
+    batch = _Batch()
+    for offset, value in enumerate([good, bad_tokens, bad_logprobs]):
+        batch.good.append((value, _record(offset)))
+        batch.records.append(_record(offset))
+    table, bad = _sink()._rows(batch)
+    assert table.column("RolloutId").to_pylist() == ["ro-000000000001", "ro-000000000001"]
+    reasons = {record.offset: reason for reason, _kind, record in bad}
+    assert set(reasons) == {1, 2}
+    assert "outside the integers" in reasons[1]
+    assert "ResponseLogprobs" in reasons[2]
+
+
+@pytest.mark.parametrize("values", [[-1], [2**32], ["7"], [1, "x"], "123", 5])
+def test_token_ids_must_be_uint32(values: object) -> None:
+    with pytest.raises(RowError):
+        uint32_list(values, "ids")
+
+
+def test_valid_lists_pass_through() -> None:
+    assert uint32_list((0, 2**32 - 1), "ids") == [0, 2**32 - 1]
+    assert uint32_list(None, "ids") == [] and float_list(None, "lp") == []
+    with pytest.raises(RowError):
+        float_list({"a": 1}, "lp")
