@@ -1,0 +1,25 @@
+"""Algorithms: the interface, the ``@algo`` decorator, ``Baseline``, and evaluation helpers.
+
+Learning algorithms that need torch or an LLM client (RL, APO, SFT) live in the ``trainer``
+service package and are loaded by dotted path, so this package stays light.
+"""
+
+from agl_stream.algorithm.base import Algorithm, FunctionalAlgorithm, algo, build_component
+from agl_stream.algorithm.baseline import Baseline
+from agl_stream.algorithm.results import RolloutResult, RolloutResults, rewards_of, run_dataset
+from agl_stream.algorithm.stats import PairedComparison, paired_comparison, sign_test
+
+__all__ = [
+    "Algorithm",
+    "Baseline",
+    "FunctionalAlgorithm",
+    "PairedComparison",
+    "RolloutResult",
+    "RolloutResults",
+    "algo",
+    "build_component",
+    "paired_comparison",
+    "rewards_of",
+    "run_dataset",
+    "sign_test",
+]

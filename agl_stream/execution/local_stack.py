@@ -1,0 +1,122 @@
+"""The local stack: start on this machine whatever a training job needs and is not already running.
+
+With no ``AGL_KAFKA_BOOTSTRAP`` the job is local: a Tansu broker, the catalog topics, and the stream
+processors (state machine, triplet adapter, ClickHouse sinks owning the embedded ClickHouse) are
+started here and torn down at the end. With a cluster configured, only topics are verified: the
+processors are the cluster's own services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from agl_stream.broker import LocalBroker
+from agl_stream.config import Settings
+from agl_stream.execution.process import ServiceProcess, agl_command
+
+logger = logging.getLogger(__name__)
+
+
+class LocalStack:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        processors: Optional[bool] = None,
+        processor_args: Sequence[str] = (),
+        log_dir: Optional[Path] = None,
+    ) -> None:
+        self.base_settings = settings
+        self.local = not settings.kafka_bootstrap
+        self.start_processors = self.local if processors is None else processors
+        self.processor_args = list(processor_args)
+        self.log_dir = log_dir or settings.data_dir / "logs"
+        self.broker: Optional[LocalBroker] = None
+        self.services: list[ServiceProcess] = []
+        self.settings = settings
+
+    def env(self) -> dict[str, str]:
+        """The settings as ``AGL_*`` variables for child services."""
+        s = self.settings
+        env = {
+            "AGL_KAFKA_BOOTSTRAP": s.kafka_bootstrap or "",
+            "AGL_TOPIC_PREFIX": s.topic_prefix,
+            "AGL_PARTITIONS": str(s.partitions),
+            "AGL_DATA_DIR": str(s.data_dir),
+            "AGL_CLICKHOUSE_DSN": s.effective_clickhouse_dsn,
+            "AGL_KAFKA_SESSION_TIMEOUT_MS": str(s.kafka_session_timeout_ms),
+            "AGL_LOG_LEVEL": s.log_level,
+        }
+        return env
+
+    async def start(self) -> Settings:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.local:
+            self.broker = LocalBroker(log_file=self.log_dir / "broker.log").start()
+            self.settings = self.settings.model_copy(update={"kafka_bootstrap": self.broker.bootstrap})
+            logger.info("started the local broker at %s", self.broker.bootstrap)
+        await self._create_topics()
+        if self.start_processors:
+            self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+            health = self.log_dir / "processors.health.json"
+            health.unlink(missing_ok=True)
+            processors = ServiceProcess(
+                "processors",
+                agl_command("processors", "--health-file", str(health), "--health-interval", "2", *self.processor_args),
+                env=self.env(), log_path=self.log_dir / "processors.log",
+            ).start()  # fmt: skip
+            self.services.append(processors)
+            await self._wait_for(health, processors, timeout=120)
+        return self.settings
+
+    def start_runners(self, agent: str, n_runners: int, *, concurrency: int = 1, extra_args: Sequence[str] = (),
+                      env: Optional[dict[str, str]] = None) -> ServiceProcess:  # fmt: skip
+        runners = ServiceProcess(
+            "runners",
+            agl_command("runner", "--agent", agent, "--n-runners", str(n_runners), "--concurrency", str(concurrency),
+                        "--no-progress", *extra_args),
+            env={**self.env(), **(env or {})}, log_path=self.log_dir / "runners.log",
+        ).start()  # fmt: skip
+        self.services.append(runners)
+        return runners
+
+    def check(self) -> None:
+        """Raise :class:`ServiceCrashed` when a service died; the caller stops the rest."""
+        if self.broker is not None and not self.broker.running:
+            from agl_stream.execution.process import ServiceCrashed
+
+            raise ServiceCrashed("broker", None, "(see broker.log)")
+        for service in self.services:
+            service.check()
+
+    def stop(self) -> None:
+        for service in reversed(self.services):
+            code = service.stop()
+            logger.info("stopped %s (exit code %s)", service.name, code)
+        self.services.clear()
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+
+    async def _create_topics(self) -> None:
+        """``agl-stream topics create`` (the topics service's own command: no import across services)."""
+        proc = await asyncio.create_subprocess_exec(
+            *agl_command("topics", "create"), env={**os.environ, **self.env()},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"topic creation failed (exit {proc.returncode}):\n{out.decode(errors='replace')}")
+
+    async def _wait_for(self, health: Path, service: ServiceProcess, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not health.exists():
+            service.check()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{service.name} did not report health within {timeout}s:\n{service.tail()}")
+            await asyncio.sleep(0.2)
