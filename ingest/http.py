@@ -1,0 +1,48 @@
+"""Pieces both ingest apps share: health and metrics routes, request counting, body timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+
+from ingest.metrics import REQUESTS, metrics_response
+from ingest.security import read_body
+
+logger = logging.getLogger(__name__)
+
+
+def add_operations(app: FastAPI, server: str) -> None:
+    """``/health``, ``/metrics`` and a counter of every answered request by route template.
+
+    Both routes are open (no token): they carry no span data, and probes and scrapers rarely
+    hold application secrets. Bind to 127.0.0.1 or firewall the port when that matters.
+    """
+
+    @app.get("/health", include_in_schema=False)
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok", "server": server})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return metrics_response()
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        route = request.scope.get("route")
+        # The route template (not the raw path) keeps rollout ids out of the label values.
+        REQUESTS.labels(server, getattr(route, "path", "unmatched"), str(response.status_code)).inc()
+        return response
+
+
+async def read_body_within(request: Request, limit: int, timeout: float) -> bytes:
+    """Read the body (size-capped) and answer 408 if the client does not send it in time."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await read_body(request, limit)
+    except TimeoutError:
+        raise HTTPException(408, f"request body not received within {timeout:g}s") from None

@@ -1,0 +1,1 @@
+"""OTLP/HTTP trace receiver: ``POST /v1/traces`` (protobuf or JSON) -> ``agl.spans``."""

@@ -1,0 +1,1 @@
+"""LLM proxy built on litellm: OpenAI-compatible routes that record every call as a span."""

@@ -1,0 +1,357 @@
+"""LLM proxy: OpenAI-compatible routes that forward through litellm and record every call as a span.
+
+Routes keep upstream's shape: ``/v1/chat/completions`` and ``/v1/completions``, and the same under
+``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...`` whose ids tag the span (unprefixed routes
+read the ``x-rollout-id`` / ``x-attempt-id`` headers). ``x-sequence-id`` is honoured when sent;
+otherwise the proxy numbers the attempt's calls itself.
+
+The span is produced and acknowledged by the broker *before* the answer is complete (before the
+JSON body, or before ``data: [DONE]`` of a stream): once an agent has its completion, the record
+of that call is durable, so an attempt that finishes after its last LLM call never races its own
+spans. Chat streams are passed through chunk by chunk while token ids are collected; streamed text
+completions are fetched whole and re-emitted as SSE because litellm drops their token ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agl_stream.config import Settings
+from agl_stream.tracer.sizing import fit_span
+from agl_stream.types import Span
+from ingest.http import add_operations, read_body_within
+from ingest.metrics import BACKEND_LATENCY, SPANS_REJECTED, SPANS_TRUNCATED
+from ingest.options import IngestOptions
+from ingest.proxy import sse
+from ingest.proxy.backend import (
+    BackendRequest,
+    call_backend,
+    error_message,
+    error_status,
+    make_router,
+    response_headers,
+    shape_request,
+)
+from ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
+from ingest.proxy.config import ModelConfig, ProxyConfig
+from ingest.proxy.record import LlmCall, build_llm_span
+from ingest.publisher import PublishError, SpanPublisher
+from ingest.security import check_token
+from ingest.sequence import SequenceAllocator
+
+logger = logging.getLogger(__name__)
+
+SERVER = "proxy"
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+
+
+@dataclass
+class CallContext:
+    """Who a call belongs to; ``None`` ids mean an untracked call (``require_ids`` off)."""
+
+    rollout_id: Optional[str]
+    attempt_id: Optional[str]
+    sequence_id: int
+    trace_id: Optional[str]
+    parent_id: Optional[str]
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its body generator however the response ends, so a hang-up is handled at once.
+
+    Starlette stops iterating when the client disconnects but leaves the generator suspended until
+    garbage collection; closing it here runs the generator's cleanup (recording the call) right away.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            closer = getattr(self.body_iterator, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
+def openai_error(status: int, message: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status, headers=headers)
+
+
+def _client_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's response shape: per-choice ``token_ids`` where litellm moved them aside."""
+    for choice in doc.get("choices") or []:
+        fields = choice.get("provider_specific_fields")
+        if isinstance(fields, dict) and "token_ids" in fields:
+            choice["token_ids"] = fields.pop("token_ids")
+            if not fields:
+                choice.pop("provider_specific_fields")
+    return doc
+
+
+class ProxyService:
+    """Request handling, separate from routing so both route shapes share it."""
+
+    def __init__(self, settings: Settings, options: IngestOptions, config: ProxyConfig, publisher: SpanPublisher) -> None:
+        self.settings = settings
+        self.options = options
+        self.config = config
+        self.publisher = publisher
+        self.router = make_router(config, options.request_timeout)
+        self.sequences = SequenceAllocator()
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ---------------------------------------------------------------- request parsing
+
+    async def parse(self, request: Request, kind: Kind) -> tuple[dict[str, Any], ModelConfig]:
+        check_token(request, self.options.token)
+        media_type = request.headers.get("content-type", "application/json").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            raise HTTPException(415, f"unsupported Content-Type {media_type!r}: send application/json")
+        raw = await read_body_within(request, self.options.max_body_bytes, self.options.request_timeout)
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise HTTPException(400, f"invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise HTTPException(400, f"request body must be a JSON object, got {type(body).__name__}")
+        model_name = body.get("model")
+        if not isinstance(model_name, str) or not model_name:
+            raise HTTPException(400, "'model' is required (a string)")
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+                raise HTTPException(400, "'messages' must be a non-empty list of message objects")
+        elif not isinstance(body.get("prompt"), (str, list)):
+            raise HTTPException(400, "'prompt' is required (a string or a list)")
+        model = self.config.model(model_name)
+        if model is None:
+            raise HTTPException(404, f"model {model_name!r} is not served here; available: {self.config.model_names}")
+        return body, model
+
+    def context(self, request: Request, rollout_id: Optional[str], attempt_id: Optional[str]) -> CallContext:
+        rollout_id = rollout_id or request.headers.get("x-rollout-id") or None
+        attempt_id = attempt_id or request.headers.get("x-attempt-id") or None
+        trace_id = parent_id = None
+        match = _TRACEPARENT.match(request.headers.get("traceparent", "").strip().lower())
+        if match:
+            trace_id, parent_id = match.group(1), match.group(2)
+        if not rollout_id or not attempt_id:
+            if self.config.require_ids:
+                SPANS_REJECTED.labels(SERVER, "missing_ids").inc()
+                raise HTTPException(
+                    400,
+                    "no rollout/attempt ids: call /rollout/{rollout_id}/attempt/{attempt_id}/v1/... "
+                    "or send x-rollout-id and x-attempt-id headers",
+                )
+            return CallContext(None, None, 0, trace_id, parent_id)
+        raw_sequence = request.headers.get("x-sequence-id")
+        if raw_sequence is not None:
+            if not raw_sequence.strip().isdigit():
+                raise HTTPException(400, f"x-sequence-id must be a non-negative integer, got {raw_sequence!r}")
+            sequence_id = int(raw_sequence)
+            self.sequences.observe(rollout_id, attempt_id, sequence_id)
+        else:
+            sequence_id = self.sequences.next(rollout_id, attempt_id)
+        return CallContext(rollout_id, attempt_id, sequence_id, trace_id, parent_id)
+
+    # ---------------------------------------------------------------- recording
+
+    def _span(self, ctx: CallContext, kind: Kind, body: dict[str, Any], model: ModelConfig, stream: bool,
+              started: float, completion: Optional[Completion], error: Optional[str]) -> Optional[Span]:
+        if ctx.rollout_id is None or ctx.attempt_id is None:
+            return None
+        if completion is not None and completion.policy_version is None:
+            completion.policy_version = model.policy_version
+        return build_llm_span(LlmCall(
+            rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, sequence_id=ctx.sequence_id, kind=kind,
+            request=body, provider=model.provider, streaming=stream, start_time=started, end_time=time.time(),
+            completion=completion, error=error, trace_id=ctx.trace_id, parent_id=ctx.parent_id,
+        ))
+
+    async def record(self, span: Optional[Span]) -> None:
+        """Produce the span and wait for the broker's ack (raises PublishError)."""
+        if span is None:
+            return
+        try:
+            payload, truncated = fit_span(span, self.publisher.max_record_bytes)
+        except ValueError as exc:  # not even truncation brings it under the broker limit
+            SPANS_REJECTED.labels(SERVER, "too_large").inc()
+            raise PublishError(str(exc)) from exc
+        if truncated:
+            logger.warning("span %s of rollout %s was truncated to fit the broker limit", span.span_id, span.rollout_id)
+            SPANS_TRUNCATED.labels(SERVER).inc()
+        await self.publisher.publish([(span.rollout_id, payload)])
+
+    def _spawn_record(self, span: Optional[Span]) -> "asyncio.Task[None]":
+        """Produce in a task of its own, tracked until done (shutdown waits for it)."""
+        task = asyncio.get_running_loop().create_task(self.record(span))
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: "asyncio.Task[None]") -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a streamed call's span was not produced: %s", task.exception())
+
+    async def drain(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    # ---------------------------------------------------------------- serving
+
+    async def handle(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str]) -> Response:
+        body, model = await self.parse(request, kind)
+        ctx = self.context(request, rollout_id, attempt_id)
+        stream = bool(body.get("stream"))
+        if stream and kind == "chat":
+            return await self._stream_chat(ctx, body, model)
+        shaped = shape_request(body, kind, model, self.config, stream=False, timeout=self.options.request_timeout)
+        started = time.time()
+        try:
+            response = await call_backend(self.router, kind, shaped)
+        except Exception as exc:  # every litellm failure becomes an answer and an ERROR span
+            return await self._failed(ctx, kind, body, model, stream, started, exc)
+        BACKEND_LATENCY.labels(model.model_name, "ok").observe(time.time() - started)
+        doc = _client_view(response.model_dump())
+        completion = from_response(doc, kind, response_headers(response))
+        span = self._span(ctx, kind, body, model, stream, started, completion, None)
+        try:
+            await self.record(span)
+        except PublishError as exc:
+            return openai_error(503, f"the call succeeded but its span could not be recorded: {exc}", {"Retry-After": "1"})
+        if stream:  # a streamed text completion: re-emitted from the whole answer
+            return StreamingResponse(sse.completion_stream(doc, include_usage=_wants_usage(body)),
+                                     media_type="text/event-stream")
+        return JSONResponse(doc)
+
+    async def _failed(self, ctx: CallContext, kind: Kind, body: dict[str, Any], model: ModelConfig, stream: bool,
+                      started: float, exc: BaseException) -> Response:
+        BACKEND_LATENCY.labels(model.model_name, "error").observe(time.time() - started)
+        status, message = error_status(exc), error_message(exc)
+        logger.warning("backend call for model %s failed (%d): %s", model.model_name, status, message)
+        try:
+            await self.record(self._span(ctx, kind, body, model, stream, started, None, message))
+        except PublishError as publish_error:
+            logger.error("span of a failed call was not produced: %s", publish_error)
+        return openai_error(status, message)
+
+    async def _stream_chat(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig) -> Response:
+        shaped: BackendRequest = shape_request(body, "chat", model, self.config, stream=True,
+                                               timeout=self.options.request_timeout)
+        started = time.time()
+        try:
+            upstream = await call_backend(self.router, "chat", shaped)
+        except Exception as exc:
+            return await self._failed(ctx, "chat", body, model, True, started, exc)
+        include_usage = _wants_usage(body)
+        return ClosingStreamingResponse(self._relay(ctx, body, model, upstream, started, include_usage),
+                                        media_type="text/event-stream")
+
+    async def _relay(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig, upstream: Any,
+                     started: float, include_usage: bool) -> AsyncIterator[bytes]:
+        accumulator = StreamAccumulator()
+        span_task: Optional[asyncio.Task[None]] = None
+        try:
+            error: Optional[str] = None
+            status = 200
+            try:
+                async for chunk in upstream:
+                    doc = chunk.model_dump(exclude_none=True)
+                    accumulator.add(doc)
+                    if sse.is_usage_only(doc) and not include_usage:
+                        continue
+                    yield sse.event(doc)
+            except Exception as exc:  # the backend broke off mid-stream: record it, then tell the client
+                error, status = error_message(exc), error_status(exc)
+                logger.warning("stream from model %s failed: %s", model.model_name, error)
+            BACKEND_LATENCY.labels(model.model_name, "ok" if error is None else "error").observe(time.time() - started)
+            completion = accumulator.result(response_headers(upstream))
+            span_task = self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, error))
+            if error is not None:
+                yield sse.event({"error": {"message": error, "type": "server_error", "code": status}})
+                return
+            try:
+                # Shielded: a client hanging up now must not cancel the produce half-way.
+                await asyncio.shield(span_task)
+            except PublishError as exc:
+                yield sse.event({"error": {"message": f"the span of this call could not be recorded: {exc}",
+                                           "type": "server_error", "code": 503}})
+                return
+            yield sse.DONE
+        finally:
+            if span_task is None:  # the client hung up (generator closed or cancelled) before the end
+                completion = accumulator.result(response_headers(upstream))
+                self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, "client disconnected"))
+
+
+def _wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def create_app(
+    settings: Settings,
+    options: Optional[IngestOptions] = None,
+    config: Optional[ProxyConfig] = None,
+    publisher: Optional[SpanPublisher] = None,
+) -> FastAPI:
+    """The proxy app; its lifespan starts the producer and flushes it (and pending spans) on shutdown."""
+    options = options or IngestOptions()
+    config = config or ProxyConfig.from_env()
+    # One span per call, and the caller waits for its ack: no linger, latency over batching.
+    publisher = publisher or SpanPublisher(settings, SERVER, timeout=options.produce_timeout, linger_ms=0)
+    service = ProxyService(settings, options, config, publisher)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await publisher.start()
+        logger.info("LLM proxy serving %s, producing to %s", config.model_names, publisher.topic)
+        try:
+            yield
+        finally:
+            await service.drain()
+            await publisher.stop()
+
+    app = FastAPI(title="agl-stream LLM proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.service = service
+    add_operations(app, SERVER)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code >= 500:
+            logger.error("proxy request failed: %s", exc.detail)
+        return openai_error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    async def models(request: Request) -> JSONResponse:
+        check_token(request, options.token)
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "owned_by": "agl-stream"} for name in config.model_names]})
+
+    async def chat(request: Request, rollout_id: Optional[str] = None, attempt_id: Optional[str] = None) -> Response:
+        return await service.handle(request, "chat", rollout_id, attempt_id)
+
+    async def completions(request: Request, rollout_id: Optional[str] = None, attempt_id: Optional[str] = None) -> Response:
+        return await service.handle(request, "completion", rollout_id, attempt_id)
+
+    for prefix in ("", "/rollout/{rollout_id}/attempt/{attempt_id}"):
+        app.add_api_route(f"{prefix}/v1/chat/completions", chat, methods=["POST"])
+        app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
+        app.add_api_route(f"{prefix}/v1/models", models, methods=["GET"])
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
+    return create_app(Settings.from_env(), IngestOptions.from_env(), ProxyConfig.from_env())
