@@ -6,10 +6,12 @@ stop training: a failing sink is logged and skipped for that step.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
 logger = logging.getLogger(__name__)
@@ -123,6 +125,32 @@ class ClickHouseSink:
 
     def close(self) -> None:
         self.ch.close()
+
+
+class JsonlSink:
+    """One JSON line per step: a file the demo plots, and that can be loaded into ``training_steps``
+    later when the embedded ClickHouse is owned by another process (the sinks) during the run."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def write(self, m: StepMetrics) -> None:
+        self._fh.write(json.dumps(asdict(m), default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def read_jsonl_metrics(path: Path) -> list[StepMetrics]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        doc = json.loads(line)
+        doc["staleness_histogram"] = {int(k): v for k, v in doc.get("staleness_histogram", {}).items()}
+        rows.append(StepMetrics(**doc))
+    return rows
 
 
 class TensorBoardSink:

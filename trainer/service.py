@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from agl_stream.config import Settings
 
@@ -33,9 +33,22 @@ logger = logging.getLogger(__name__)
 
 
 class TrainerService:
-    def __init__(self, settings: Settings, config: TrainerConfig) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: TrainerConfig,
+        *,
+        before_loop: Optional[Callable[["TrainerService"], Awaitable[None]]] = None,
+        after_loop: Optional[Callable[["TrainerService"], Awaitable[None]]] = None,
+        extra_sinks: Sequence[Any] = (),
+    ) -> None:
+        """``before_loop`` / ``after_loop`` run while the engine serves (e.g. evaluations before and
+        after training); ``extra_sinks`` receive every step's metrics too."""
         self.settings = settings
         self.config = config
+        self.before_loop = before_loop
+        self.after_loop = after_loop
+        self.extra_sinks = list(extra_sinks)
         self.learner: Optional[Learner] = None
         self.scheduler: Any = None
         self._closers: list[Any] = []
@@ -82,6 +95,7 @@ class TrainerService:
             except Exception as exc:  # metrics must not stop training
                 logger.warning("ClickHouse metrics disabled: %r", exc)
         sinks += optional_sinks(cfg.metrics.tensorboard_dir, cfg.metrics.wandb_project)
+        sinks += self.extra_sinks
         metrics = MetricsHub(sinks)
 
         producer = await RecordProducer(self.settings).start()
@@ -103,7 +117,11 @@ class TrainerService:
                     await learner.publish()  # the engine loaded the base weights; serve the checkpoint's
                 else:
                     await publisher.announce(0)
+            if self.before_loop is not None:
+                await self.before_loop(self)
             await self._loop(learner, producer)
+            if self.after_loop is not None:
+                await self.after_loop(self)
             if cfg.checkpoint_every:
                 await learner.checkpoint()
         finally:

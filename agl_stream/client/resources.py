@@ -52,9 +52,11 @@ class ResourceCache:
         return max((u.version for u in self._by_id.values()), default=-1)
 
     async def resolve(self, resources_id: Optional[str], timeout: float = 10.0) -> Optional[ResourcesUpdate]:
-        """Resources by id (waiting up to ``timeout`` for them to arrive), else the latest (None if none yet)."""
+        """Resources by id, else the latest; waits up to ``timeout`` for them to arrive (a task can
+        reach a runner a moment before the resources its algorithm just published). None: no
+        resources were ever published (an agent that needs none)."""
         if resources_id is None:
-            return self._latest
+            return self._latest if self._latest is not None else await self.wait_for_any(timeout)
         deadline = time.monotonic() + timeout
         while (found := self._by_id.get(resources_id)) is None:
             remaining = deadline - time.monotonic()

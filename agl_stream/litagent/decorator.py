@@ -51,6 +51,11 @@ class FunctionalLitAgent(LitAgent[Any]):
     def is_async(self) -> bool:
         return self._is_async
 
+    @property
+    def needs_resources(self) -> bool:
+        """Whether any parameter asks for a resource (runners then wait for resources to be published)."""
+        return any(kind not in ("task", "rollout") for _, kind in self._plan)
+
     def _kind(self, name: str) -> str:
         hint = self._hints.get(name)
         if name in ("task", "llm", "prompt_template", "rollout", "resources"):

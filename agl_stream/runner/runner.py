@@ -315,7 +315,9 @@ class LitAgentRunner:
 
     async def _resolve_resources(self, rollout: AttemptedRollout) -> NamedResources:
         assert self._resources is not None
-        update = await self._resources.resolve(rollout.resources_id, timeout=self.resources_wait)
+        # Agents that ask for no resource (``needs_resources`` False) never wait for any.
+        wait = self.resources_wait if getattr(self.agent, "needs_resources", True) else 0.0
+        update = await self._resources.resolve(rollout.resources_id, timeout=wait)
         return dict(update.resources) if update is not None else {}
 
     async def _invoke(self, rollout: AttemptedRollout, resources: NamedResources) -> Any:

@@ -25,6 +25,14 @@ from agl_stream.types import LLM
 from examples.arithmetic.reward import arithmetic_reward
 
 SYSTEM_PROMPT = "You are a calculator. Reply with only the final number, nothing else."
+# Two worked examples as earlier turns: a 135M model then mostly answers in the right format, so
+# RL has a signal to work with from the first step (correctness is what it must learn).
+FEW_SHOT = [
+    {"role": "user", "content": "What is 3 + 4?"},
+    {"role": "assistant", "content": "7"},
+    {"role": "user", "content": "What is 15 - 6?"},
+    {"role": "assistant", "content": "9"},
+]
 CALCULATOR_TOOL = {
     "type": "function",
     "function": {
@@ -65,6 +73,7 @@ def solve(task: dict[str, Any], llm: LLM, use_tools: bool = False, max_turns: in
     params = {"max_tokens": 12, "temperature": 0.9, **llm.sampling_parameters}
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PROMPT},
+        *FEW_SHOT,
         {"role": "user", "content": str(task["question"])},
     ]
     for _ in range(max_turns):

@@ -1,0 +1,108 @@
+"""``RL``: the reinforcement-learning algorithm behind ``Trainer.fit`` (upstream's ``agl.VERL`` role).
+
+It wires the learner service into the facade: the inference engine serves the policy and announces
+it on ``agl.resources``; a held-out validation set is evaluated through the live pipeline before
+training; the scheduler streams GRPO groups of the training set to ``agl.tasks`` while the learner
+consumes ``agl.triplets`` and publishes new weights after every step (rollouts never stop while the
+learner trains - the off-policy bound and importance sampling correct for the lag); the validation
+set is evaluated again at the end and compared item by item with the first evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from agl_stream.algorithm import Algorithm, PairedComparison, RolloutResults, paired_comparison, rewards_of, run_dataset
+from trainer.config import TrainerConfig
+from trainer.metrics import JsonlSink
+from trainer.scheduler import SchedulerConfig
+from trainer.service import TrainerService
+
+logger = logging.getLogger(__name__)
+
+
+class RL(Algorithm):
+    def __init__(
+        self,
+        config: Union[TrainerConfig, Mapping[str, Any], None] = None,
+        *,
+        evaluate: bool = True,
+        eval_timeout: float = 1200.0,
+        output_dir: Optional[Path] = None,
+    ) -> None:
+        self.config = config if isinstance(config, TrainerConfig) else TrainerConfig.model_validate(dict(config or {}))
+        self.evaluate = evaluate
+        self.eval_timeout = eval_timeout
+        self.output_dir = output_dir
+        self.report: dict[str, Any] = {}
+
+    async def run(self, train_dataset: Optional[Sequence[Any]] = None, val_dataset: Optional[Sequence[Any]] = None) -> dict[str, Any]:
+        if not train_dataset:
+            raise ValueError("RL needs a training dataset")
+        out = self.output_dir or self.settings.data_dir / "runs" / self.config.run_id
+        out.mkdir(parents=True, exist_ok=True)
+        dataset_path = out / "train.jsonl"
+        dataset_path.write_text("".join(json.dumps(item) + "\n" for item in train_dataset))
+        scheduler = (self.config.scheduler or SchedulerConfig()).model_copy(update={"dataset": str(dataset_path)})
+        metrics_path = out / "steps.jsonl"
+        metrics_path.unlink(missing_ok=True)
+        config = self.config.model_copy(update={"scheduler": scheduler})
+        if self.settings.effective_clickhouse_dsn.startswith("chdb://"):
+            # The embedded engine has one owner process (the sinks); steps go to a file and are
+            # loaded into training_steps once the sinks stop (see the demo). A server DSN is shared.
+            config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"clickhouse": False})})
+
+        results = await RolloutResults(self.settings).start()
+        before: list[float] = []
+
+        async def evaluate_before(service: TrainerService) -> None:
+            nonlocal before
+            if self.evaluate and val_dataset:
+                logger.info("validation before training (%d tasks, policy version 0)", len(val_dataset))
+                before = await self._evaluate(results, val_dataset, "before")
+
+        async def evaluate_after(service: TrainerService) -> None:
+            if self.evaluate and val_dataset:
+                version = service.learner.policy_version if service.learner else None
+                logger.info("validation after training (%d tasks, policy version %s)", len(val_dataset), version)
+                after = await self._evaluate(results, val_dataset, "after")
+                comparison = paired_comparison(before, after)
+                self.report["validation"] = _comparison_dict(comparison)
+                logger.info("validation reward %s", comparison.describe())
+
+        service = TrainerService(self.settings, config, before_loop=evaluate_before, after_loop=evaluate_after,
+                                 extra_sinks=[JsonlSink(metrics_path)])  # fmt: skip
+        try:
+            await service.run()
+        finally:
+            await results.stop()
+        learner = service.learner
+        self.report.update(
+            steps=learner.step if learner else 0,
+            policy_version=learner.policy_version if learner else 0,
+            metrics_file=str(metrics_path),
+            run_dir=str(out),
+        )
+        (out / "report.json").write_text(json.dumps(self.report, indent=2))
+        return self.report
+
+    async def _evaluate(self, results: RolloutResults, dataset: Sequence[Any], label: str) -> list[float]:
+        outcomes = await run_dataset(self.client, results, dataset, mode="val", metadata={"eval": label}, timeout=self.eval_timeout)
+        missing = sum(o is None for o in outcomes)
+        failed = sum(o is not None and o.status != "succeeded" for o in outcomes)
+        if missing or failed:
+            logger.warning("validation %s: %d rollouts failed, %d missing (counted as reward 0)", label, failed, missing)
+        rewards = rewards_of(outcomes)
+        self.report[f"val_{label}"] = {"rewards": rewards, "failed": failed, "missing": missing}
+        return rewards
+
+
+def _comparison_dict(c: PairedComparison) -> dict[str, Any]:
+    return {
+        "n": c.n, "mean_before": c.mean_before, "mean_after": c.mean_after, "mean_diff": c.mean_diff,
+        "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "improved": c.improved,
+        "worsened": c.worsened, "sign_test_p": c.sign_test_p, "significant": c.significant,
+    }  # fmt: skip
