@@ -1,0 +1,51 @@
+"""``agl-stream processors [APP...]``: run the stream processors as one service (all apps by default)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agl_stream.cli._async import run_until_signal
+from agl_stream.config import Settings
+
+
+def processors(
+    names: Optional[list[str]] = typer.Argument(None, help="apps to run (default: all); see --list"),
+    list_apps: bool = typer.Option(False, "--list", help="list the registered apps and exit"),
+    adapter: str = typer.Option("tracer", help="triplets: adapter spec, e.g. 'tracer:agent_match=write'"),
+    grace_seconds: Optional[float] = typer.Option(None, help="triplets: wait this long for missing spans"),
+    retention_seconds: Optional[float] = typer.Option(None, help="state-machine: keep finished rollouts this long"),
+    health_interval: float = typer.Option(10.0, help="seconds between health reports"),
+    health_file: Optional[Path] = typer.Option(None, help="also write the health report (JSON) to this file"),
+    shutdown_timeout: float = typer.Option(30.0, help="seconds apps get to finish in-flight work on shutdown"),
+) -> None:
+    from agl_stream.adapter import build_adapter
+    from processors.service import REGISTRY, ProcessorService, resolve
+
+    if list_apps:
+        for name, target in REGISTRY.items():
+            typer.echo(f"{name}\t{target}")
+        return
+    try:
+        selected = resolve(names)
+        build_adapter(adapter)  # fail fast on a bad spec, before anything connects
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    settings = Settings.from_env()
+    if not settings.kafka_bootstrap:
+        typer.echo("error: set AGL_KAFKA_BOOTSTRAP (or start a local broker with `agl-stream broker`)", err=True)
+        raise typer.Exit(2)
+    options = {"adapter": adapter, "grace_seconds": grace_seconds, "retention_seconds": retention_seconds}
+
+    async def main(stop: asyncio.Event) -> int:
+        service = ProcessorService(
+            settings, selected, options=options, health_interval=health_interval, health_file=health_file,
+            shutdown_timeout=shutdown_timeout,
+        )  # fmt: skip
+        return await service.run(stop)
+
+    code = run_until_signal(main)
+    raise typer.Exit(code)

@@ -1,0 +1,387 @@
+"""The rollout state machine as a faust app: one agent over ``agl.tasks``, ``agl.attempts`` and ``agl.spans``.
+
+State lives in a faust Table (in memory, restored from a compacted changelog topic that ``run``
+pre-creates with ``topics.admin.ensure_topics`` and the rollout partition count; faust itself never
+declares topics). The three input topics are co-partitioned but not ordered with each other: a span
+or ``started`` event may be processed before its task; the rules merge whatever comes first. Each change publishes a
+:class:`~agl_stream.types.RolloutSnapshot` to the compacted ``agl.rollouts`` keyed by rollout_id.
+
+Ordering of effects per change, so a crash at any point loses nothing:
+1. a requeue task is written to ``agl.tasks`` and *acknowledged* first (its attempt id is
+   derived from rollout id + attempt number, so doing it twice yields the same attempt);
+2. the snapshot is sent, then the table (changelog) is updated; faust flushes the producer before
+   it commits source offsets, and after every rebalance the recovered states of recently changed
+   rollouts are re-published, so ``agl.rollouts`` converges even if the process died in between.
+
+The watchdog is a faust timer. faust only lets a table be written from inside stream iteration
+when it picks the changelog partition from the current event; this table uses the producer's
+partitioner instead (``use_partitioner=True``: same murmur2 partitioner and partition count as the
+source topics, so the changelog stays co-partitioned) and can be written from the timer.
+
+Spans are the bulk of the input: a span of an attempt already ``running`` only refreshes an
+in-memory "last seen" time (no decode of the state, no changelog write). After a restart those
+times are gone, so every watched attempt gets a fresh ``unresponsive_seconds`` window from the
+recovery time (never a false "unresponsive").
+
+Bounded memory: terminal rollouts are dropped from the table ``retention_seconds`` after they
+ended (their last snapshot stays on the compacted topic); states created by runner events whose
+task never arrived are dropped after the same idle time. Snapshots are only published for
+rollouts whose task was seen, so a very late event about a dropped rollout cannot overwrite its
+final snapshot.
+
+Recovery on the local broker: Tansu reports end offsets too low when a partition's last batch
+holds several records, so faust's changelog recovery can stop early; after faust's recovery the
+assigned changelog partitions are read to the high watermark of the fetch responses and whatever
+faust missed is applied (``recovery_corrections`` in health; always 0 on Apache Kafka).
+
+Limitation (memory store): on a multi-instance rebalance faust drops restored keys of revoked
+partitions but not keys written live; every instance only *acts* on its assigned partitions'
+records, but a revoked key can linger in memory until its retention expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from agl_stream.config import Settings
+from agl_stream.serialization import RecordError, decode, decode_envelope, encode
+from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
+from processors.dlq import DeadLetterWriter
+from processors.state_machine import rules
+from processors.state_machine.catchup import read_to_end
+from processors.state_machine.faust_config import app_options
+from processors.state_machine.rules import Outcome, RolloutState
+from topics.catalog import CATALOG, TopicSpec
+
+logger = logging.getLogger(__name__)
+
+CONTROL_HEADER = "agl-kind"
+
+CHANGELOG = TopicSpec(
+    "state-machine-changelog",
+    "rollout_id",
+    RolloutState,
+    "compact",
+    None,
+    "the rollout state machine's table (faust changelog); co-partitioned with the rollout topics",
+)
+
+
+# agl-stream's encoder writes a span's ids first; anything else falls back to a full JSON parse
+_SPAN_IDS = re.compile(rb'^\{"schema":"span","v":1,"data":\{"rollout_id":"([^"\\]+)","attempt_id":"([^"\\]+)"')
+
+
+def _span_ids(value: Optional[bytes]) -> tuple[str, str]:
+    """(rollout_id, attempt_id) of a span record without decoding the whole span (spans are the bulk)."""
+    match = _SPAN_IDS.match(value[:256]) if value else None
+    if match is not None:
+        return match.group(1).decode(), match.group(2).decode()
+    schema, _version, data = decode_envelope(value)
+    if schema != "span" or not isinstance(data, dict):
+        raise TypeError(f"not a span record (schema {schema!r})")
+    rid, aid = data["rollout_id"], data["attempt_id"]
+    if not isinstance(rid, str) or not isinstance(aid, str):
+        raise TypeError("span ids must be strings")
+    return rid, aid
+
+
+@dataclass(frozen=True)
+class StateMachineOptions:
+    scan_interval: float = 1.0
+    retention_seconds: float = 600.0
+    republish_window: float = 60.0
+    group_id: Optional[str] = None  # default: "<topic prefix>-state-machine"
+
+
+class RolloutStateMachine:
+    """A named app of ``agl-stream processors``: ``run(stop)`` and ``health()``."""
+
+    name = "state-machine"
+
+    def __init__(self, settings: Settings, options: StateMachineOptions = StateMachineOptions()) -> None:
+        self.settings = settings
+        self.options = options
+        self.app_id = options.group_id or f"{settings.topic_prefix}-state-machine"
+        self.counts: Counter[str] = Counter()
+        self.ready = asyncio.Event()  # set after the first table recovery
+        self.dlq = DeadLetterWriter(settings, None, processor=self.name)
+        self._lock = asyncio.Lock()
+        self._watch: set[str] = set()
+        self._running: dict[str, str] = {}  # rollout id -> attempt id of a running attempt (span fast path)
+        self._last_seen: dict[str, float] = {}
+        self._expiry: list[tuple[float, str]] = []
+        self._recovered_at = 0.0
+        self._app: Any = None
+
+    # ------------------------------------------------------------------ faust wiring
+
+    def build_app(self) -> Any:
+        import faust
+
+        s = self.settings
+        options = app_options(s)
+        Path(options["datadir"]).mkdir(parents=True, exist_ok=True)
+        app = faust.App(self.app_id, **options)
+        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+        source = app.topic(s.topic("tasks"), s.topic("attempts"), s.topic("spans"), **raw)
+        changelog = app.topic(CHANGELOG.name(s), partitions=s.partitions, compacting=True, internal=False, **raw)
+        self._table = app.Table(
+            "rollouts", default=None, partitions=s.partitions, changelog_topic=changelog, use_partitioner=True,
+            key_type=bytes, value_type=bytes,
+        )  # fmt: skip
+        self._tasks = app.topic(s.topic("tasks"), **raw)
+        self._rollouts = app.topic(s.topic("rollouts"), **raw)
+        self._dlq_topic = app.topic(s.topic("dlq"), **raw)
+        app.agent(source, name=f"{self.app_id}.agent")(self._agent)
+        app.timer(self.options.scan_interval, name=f"{self.app_id}.watchdog")(self._watchdog)
+        self._table.on_recover(self._on_recover)
+        self._app = app
+        return app
+
+    async def run(self, stop: asyncio.Event) -> None:
+        from topics.admin import ensure_topics
+
+        await ensure_topics(self.settings, specs=[*CATALOG, CHANGELOG], strict=True)
+        app = self.build_app()
+        await app.start()
+        logger.info("state machine %s started", self.app_id)
+        try:
+            while not stop.is_set():
+                if app.should_stop or getattr(app, "crash_reason", None) is not None:
+                    raise RuntimeError(f"state machine crashed: {app.crash_reason!r}")
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            await app.stop()
+
+    def health(self) -> dict[str, Any]:
+        return {
+            **dict(self.counts),
+            "dead_letters": dict(self.dlq.counts),
+            "rollouts_in_table": len(self._table) if self._app is not None else 0,
+            "watched": len(self._watch),
+            "ready": self.ready.is_set(),
+        }
+
+    # ------------------------------------------------------------------ state access
+
+    def _load(self, rollout_id: str) -> Optional[RolloutState]:
+        raw = self._table.get(rollout_id.encode())
+        return RolloutState.model_validate_json(raw) if raw else None
+
+    def _index(self, state: RolloutState, now: float) -> None:
+        rid = state.rollout_id
+        if rules.watched(state):
+            self._watch.add(rid)
+        else:
+            self._watch.discard(rid)
+            self._last_seen.pop(rid, None)
+        attempt = state.attempt
+        if attempt is not None and attempt.status == "running" and not state.terminal:
+            self._running[rid] = attempt.attempt_id
+        else:
+            self._running.pop(rid, None)
+        expire_at = self._expire_at(state)
+        if expire_at is not None:
+            heapq.heappush(self._expiry, (expire_at, rid))
+
+    def _expire_at(self, state: RolloutState) -> Optional[float]:
+        if state.terminal:
+            return (state.rollout.end_time or state.updated_at) + self.options.retention_seconds
+        if not state.has_task:
+            return state.updated_at + self.options.retention_seconds
+        return None
+
+    def _forget(self, rollout_id: str) -> None:
+        self._watch.discard(rollout_id)
+        self._running.pop(rollout_id, None)
+        self._last_seen.pop(rollout_id, None)
+
+    async def _apply(self, outcome: Outcome) -> None:
+        if outcome.note:
+            self.counts[outcome.note] += 1
+        if outcome.state is None:
+            return
+        state = outcome.state
+        key = state.rollout_id.encode()
+        if outcome.requeue is not None:
+            await self._send_acked(self._tasks, key, encode(outcome.requeue))
+            self.counts["requeued"] += 1
+        if state.has_task:
+            if outcome.closed_attempt is not None:
+                closed = state.snapshot().model_copy(
+                    update={"attempt": outcome.closed_attempt, "attempts": outcome.closed_attempt.sequence_id}
+                )
+                await self._rollouts.send(key=key, value=encode(closed))
+            await self._rollouts.send(key=key, value=encode(state.snapshot()))
+            self.counts["snapshots"] += 1
+        self._table[key] = state.model_dump_json().encode()
+        self._index(state, state.updated_at)
+
+    @staticmethod
+    async def _send_acked(topic: Any, key: bytes, value: bytes) -> None:
+        fut = await topic.send(key=key, value=value)
+        await fut
+
+    # ------------------------------------------------------------------ the agent
+
+    async def _agent(self, stream: Any) -> None:
+        async for event in stream.events():
+            async with self._lock:
+                try:
+                    await self._handle(event)
+                except Exception as exc:  # never let one record stop the agent
+                    self.counts["processing_errors"] += 1
+                    logger.exception("state machine: record %s[%s@%s] failed", event.message.topic,
+                                     event.message.partition, event.message.offset)  # fmt: skip
+                    try:
+                        reason = f"processing failed: {exc!r}"
+                        await self._dead_letter(event, reason, type(exc).__name__, "processing_error")
+                    except Exception:
+                        self.counts["dead_letter_errors"] += 1
+                        logger.exception("state machine: could not dead-letter %s[%s@%s]", event.message.topic,
+                                         event.message.partition, event.message.offset)  # fmt: skip
+
+    async def _handle(self, event: Any) -> None:
+        message = event.message
+        topic, value, now = message.topic, message.value, time.time()
+        if topic == self.settings.topic("spans"):
+            outcome = self._on_span(value, now)
+            if outcome is not None:
+                await self._apply(outcome)
+            return
+        if topic == self.settings.topic("tasks"):
+            try:
+                task = decode(value, AttemptedRollout)
+            except RecordError as err:
+                await self._dead_letter(event, err.reason, "RecordError", "invalid_record")
+                return
+            await self._apply(rules.on_task(self._load(task.rollout_id), task, now))
+            return
+        headers = {k: v for k, v in (event.headers or {}).items()}
+        if headers.get(CONTROL_HEADER) is not None:
+            try:
+                control = decode(value, RolloutControl)
+            except RecordError as err:
+                await self._dead_letter(event, err.reason, "RecordError", "invalid_record")
+                return
+            await self._apply(rules.on_cancel(self._load(control.rollout_id), control, now))
+            return
+        try:
+            attempt_event = decode(value, AttemptEvent)
+        except RecordError as err:
+            await self._dead_letter(event, err.reason, "RecordError", "invalid_record")
+            return
+        rid = attempt_event.rollout_id
+        if attempt_event.kind == "heartbeat" and self._running.get(rid) == attempt_event.attempt_id:
+            self._last_seen[rid] = now
+            return
+        await self._apply(rules.on_attempt_event(self._load(rid), attempt_event, now))
+
+    def _on_span(self, value: Optional[bytes], now: float) -> Optional[Outcome]:
+        """Fast path: only the ids are read; a running attempt's span is just a heartbeat."""
+        try:
+            rid, aid = _span_ids(value)
+        except (RecordError, KeyError, TypeError):
+            # spans are dead-lettered by their owners (triplet processor, span sink); here they only count as liveness
+            self.counts["unreadable_spans"] += 1
+            return None
+        self.counts["spans"] += 1
+        if self._running.get(rid) == aid:
+            self._last_seen[rid] = now
+            return None
+        return rules.on_activity(self._load(rid), aid, now, rollout_id=rid)
+
+    async def _dead_letter(self, event: Any, reason: str, error_type: str, kind: str) -> None:
+        message = event.message
+        letter = self.dlq.letter(reason, source_topic=message.topic, payload=message.value, key=message.key,
+                                 error_type=error_type, kind=kind)  # fmt: skip
+        letter = letter.model_copy(update={"partition": message.partition, "offset": message.offset})
+        await self._dlq_topic.send(key=message.key, value=encode(letter))
+
+    # ------------------------------------------------------------------ recovery and watchdog
+
+    async def _on_recover(self) -> None:
+        """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots."""
+        now = time.time()
+        async with self._lock:
+            corrected = await self._catch_up()
+            self._watch.clear()
+            self._running.clear()
+            self._last_seen.clear()
+            self._expiry.clear()
+            republished = 0
+            for key, raw in list(self._table.items()):
+                if not raw:
+                    continue
+                state = RolloutState.model_validate_json(raw)
+                self._index(state, now)
+                if rules.watched(state):
+                    self._last_seen[state.rollout_id] = now  # a fresh unresponsive window after a restart
+                if state.has_task and (not state.terminal or now - state.updated_at <= self.options.republish_window):
+                    await self._rollouts.send(key=key, value=encode(state.snapshot()))
+                    republished += 1
+            self._recovered_at = now
+        logger.info(
+            "state machine: %d rollouts recovered (%d corrected from the changelog tail), %d snapshots re-published",
+            len(self._table), corrected, republished,
+        )  # fmt: skip
+        self.ready.set()
+
+    async def _catch_up(self) -> int:
+        """Apply changelog records faust's recovery missed (see :mod:`processors.state_machine.catchup`)."""
+        partitions = sorted({tp.partition for tp in self._app.consumer.assignment()})
+        latest = await read_to_end(self.settings, CHANGELOG.name(self.settings), partitions)
+        corrected = 0
+        for key, value in latest.items():
+            current = self._table.data.get(key)
+            if value is None:
+                if current is not None:
+                    del self._table.data[key]
+                    corrected += 1
+            elif current != value:
+                self._table.data[key] = value  # the store directly: no new changelog record
+                corrected += 1
+        if corrected:
+            self.counts["recovery_corrections"] += corrected
+        return corrected
+
+    async def _watchdog(self) -> None:
+        if not self.ready.is_set():
+            return
+        now = time.time()
+        async with self._lock:
+            for rid in list(self._watch):
+                try:
+                    state = self._load(rid)
+                    if state is None or not rules.watched(state):
+                        self._watch.discard(rid)
+                        continue
+                    await self._apply(rules.watchdog(state, now, self._last_seen.get(rid)))
+                except Exception:
+                    self.counts["watchdog_errors"] += 1
+                    logger.exception("state machine: watchdog failed for %s", rid)
+            while self._expiry and self._expiry[0][0] <= now:
+                _, rid = heapq.heappop(self._expiry)
+                state = self._load(rid)
+                if state is None:
+                    continue
+                expire_at = self._expire_at(state)
+                if expire_at is None or expire_at > now:
+                    continue  # changed since it was scheduled; its newer schedule is in the heap
+                if not state.terminal and now - self._last_seen.get(rid, 0.0) < self.options.retention_seconds:
+                    heapq.heappush(self._expiry, (now + self.options.retention_seconds, rid))
+                    continue
+                del self._table[rid.encode()]
+                self._forget(rid)
+                self.counts["expired"] += 1

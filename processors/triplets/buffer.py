@@ -1,0 +1,176 @@
+"""Per-attempt span buffering: when is an attempt complete, what is late, what is abandoned.
+
+Pure bookkeeping (no Kafka), driven by the processor with a monotonic clock:
+
+* an attempt is **ready** once its ``finished`` event arrived and ``span_count`` distinct spans were
+  received, or ``grace_seconds`` after the ``finished`` event with whatever arrived (then it is
+  marked incomplete; ``span_count`` missing also means "wait for the grace period");
+* a span for an attempt that was already adapted (remembered for ``late_window_seconds``) is
+  **late**: the processor counts it and dead-letters it with reason "late span" (no re-adaptation:
+  the trajectory may already be trained on; the dead letter keeps the bytes for a replay);
+* spans whose attempt never finishes are **abandoned** after ``orphan_seconds`` (the runner died;
+  the state machine requeues the rollout as a new attempt) and dead-lettered, so memory stays bounded.
+
+Each buffered item carries an opaque token (the Kafka record) handed back so the caller can mark
+the source records done only once the trajectory (or dead letter) is acknowledged.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from agl_stream.types import AttemptEvent, Span
+
+AttemptKey = tuple[str, str]
+
+
+class SpanOutcome(enum.Enum):
+    BUFFERED = "buffered"
+    DUPLICATE = "duplicate"  # same span id already buffered (at-least-once redelivery)
+    LATE = "late"  # the attempt was already adapted
+
+
+@dataclass
+class PendingAttempt:
+    rollout_id: str
+    attempt_id: str
+    partition: Optional[int]
+    first_seen: float
+    spans: dict[str, Span] = field(default_factory=dict)
+    tokens: list[Any] = field(default_factory=list)
+    finished: Optional[AttemptEvent] = None
+    finished_seen: Optional[float] = None
+    started: Optional[AttemptEvent] = None
+
+    @property
+    def key(self) -> AttemptKey:
+        return (self.rollout_id, self.attempt_id)
+
+    @property
+    def expected_spans(self) -> Optional[int]:
+        return self.finished.span_count if self.finished is not None else None
+
+    @property
+    def complete(self) -> bool:
+        expected = self.expected_spans
+        return self.finished is not None and expected is not None and len(self.spans) >= expected
+
+    def metadata(self) -> dict[str, Any]:
+        """Rollout metadata the runner copied into the attempt events (finished wins over started)."""
+        merged: dict[str, Any] = {}
+        if self.started is not None:
+            merged.update(self.started.metadata)
+        if self.finished is not None:
+            merged.update(self.finished.metadata)
+        return merged
+
+
+class AttemptBuffer:
+    def __init__(
+        self,
+        *,
+        grace_seconds: float = 30.0,
+        orphan_seconds: float = 900.0,
+        late_window_seconds: float = 3600.0,
+        max_remembered: int = 200_000,
+    ) -> None:
+        self.grace_seconds = grace_seconds
+        self.orphan_seconds = orphan_seconds
+        self.late_window_seconds = late_window_seconds
+        self.max_remembered = max_remembered
+        self.pending: dict[AttemptKey, PendingAttempt] = {}
+        self._adapted: OrderedDict[AttemptKey, float] = OrderedDict()  # key -> when, oldest first
+
+    # ------------------------------------------------------------------ input
+
+    def _get(self, rollout_id: str, attempt_id: str, partition: Optional[int], now: float) -> PendingAttempt:
+        key = (rollout_id, attempt_id)
+        item = self.pending.get(key)
+        if item is None:
+            item = self.pending[key] = PendingAttempt(rollout_id, attempt_id, partition, now)
+        return item
+
+    def was_adapted(self, rollout_id: str, attempt_id: str) -> bool:
+        return (rollout_id, attempt_id) in self._adapted
+
+    def add_span(self, span: Span, token: Any, partition: Optional[int], now: float) -> SpanOutcome:
+        if self.was_adapted(span.rollout_id, span.attempt_id):
+            return SpanOutcome.LATE
+        item = self._get(span.rollout_id, span.attempt_id, partition, now)
+        item.tokens.append(token)
+        if span.span_id in item.spans:
+            return SpanOutcome.DUPLICATE
+        item.spans[span.span_id] = span
+        return SpanOutcome.BUFFERED
+
+    def add_started(self, event: AttemptEvent, partition: Optional[int], now: float) -> None:
+        if not self.was_adapted(event.rollout_id, event.attempt_id):
+            self._get(event.rollout_id, event.attempt_id, partition, now).started = event
+
+    def add_finished(self, event: AttemptEvent, token: Any, partition: Optional[int], now: float) -> bool:
+        """Record a ``finished`` event; False when it repeats one already seen or adapted (a duplicate)."""
+        if self.was_adapted(event.rollout_id, event.attempt_id):
+            return False
+        item = self._get(event.rollout_id, event.attempt_id, partition, now)
+        item.tokens.append(token)
+        if item.finished is not None:
+            return False
+        item.finished, item.finished_seen = event, now
+        return True
+
+    # ------------------------------------------------------------------ output
+
+    def take_ready(self, now: float) -> list[PendingAttempt]:
+        """Attempts to adapt now (complete, or past the grace period); they move to the adapted set."""
+        ready = [
+            item
+            for item in self.pending.values()
+            if item.finished is not None
+            and (item.complete or (item.finished_seen is not None and now - item.finished_seen >= self.grace_seconds))
+        ]
+        for item in ready:
+            del self.pending[item.key]
+            self._remember(item.key, now)
+        return ready
+
+    def take_abandoned(self, now: float) -> list[PendingAttempt]:
+        """Attempts with spans but no ``finished`` event for ``orphan_seconds``."""
+        abandoned = [
+            item
+            for item in self.pending.values()
+            if item.finished is None and now - item.first_seen >= self.orphan_seconds
+        ]
+        for item in abandoned:
+            del self.pending[item.key]
+        return abandoned
+
+    def drop_partitions(self, keep: Iterable[int]) -> list[PendingAttempt]:
+        """Forget attempts of partitions this consumer no longer owns (their records are redelivered)."""
+        owned = set(keep)
+        dropped = [item for item in self.pending.values() if item.partition is not None and item.partition not in owned]
+        for item in dropped:
+            del self.pending[item.key]
+        return dropped
+
+    def _remember(self, key: AttemptKey, now: float) -> None:
+        self._adapted[key] = now
+        self._adapted.move_to_end(key)
+        horizon = now - self.late_window_seconds
+        while self._adapted:
+            oldest_key, when = next(iter(self._adapted.items()))
+            if when >= horizon and len(self._adapted) <= self.max_remembered:
+                break
+            del self._adapted[oldest_key]
+
+    # ------------------------------------------------------------------ sizes (health)
+
+    @property
+    def buffered_spans(self) -> int:
+        return sum(len(item.spans) for item in self.pending.values())
+
+    @property
+    def remembered(self) -> int:
+        return len(self._adapted)

@@ -1,0 +1,297 @@
+"""The triplet processor: ``agl.spans`` + ``agl.attempts`` -> one :class:`Trajectory` per attempt on ``agl.triplets``.
+
+Why a plain consumer loop and not a faust agent: a span must stay uncommitted until the trajectory
+built from it is acknowledged by the broker, which can be seconds to minutes after the span was
+read (the attempt is still running). faust acknowledges an event once the agent moves past it;
+:class:`~agl_stream.kafka.RecordConsumer` instead commits each partition only up to its first record
+not yet marked done, which is exactly at-least-once here: a crash replays every span of every
+attempt whose trajectory was not acknowledged, and the adapter is deterministic, so the replayed
+trajectory is the same (sinks dedupe by rollout_id + attempt_id).
+
+Both topics are keyed by rollout_id with the same partition count, so one consumer (one group
+member) sees all spans and events of the attempts it owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+from aiokafka.structs import ConsumerRecord
+
+from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
+from agl_stream.adapter.base import span_order_key
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.serialization import RecordError, decode
+from agl_stream.types import AttemptEvent, Span, Trajectory, Triplet
+from processors.dlq import DeadLetterWriter
+from processors.triplets.buffer import AttemptBuffer, PendingAttempt, SpanOutcome
+
+logger = logging.getLogger(__name__)
+
+CONTROL_HEADER = "agl-kind"
+
+
+@dataclass(frozen=True)
+class TripletProcessorOptions:
+    group_id: Optional[str] = None  # default "<topic prefix>-triplets" ("agl-triplets")
+    grace_seconds: float = 30.0
+    orphan_seconds: float = 900.0
+    late_window_seconds: float = 3600.0
+    poll_timeout: float = 0.2
+    max_poll_records: int = 2000
+    commit_interval: float = 1.0
+
+
+class TripletProcessor:
+    """A named app of ``agl-stream processors``: ``run(stop)`` until the event is set; ``health()`` counters."""
+
+    name = "triplets"
+
+    def __init__(
+        self,
+        settings: Settings,
+        adapter: Union[str, TraceAdapter[Any]] = "tracer",
+        options: TripletProcessorOptions = TripletProcessorOptions(),
+    ) -> None:
+        self.settings = settings
+        self.adapter: TraceAdapter[Any] = build_adapter(adapter) if isinstance(adapter, str) else adapter
+        if isinstance(self.adapter, TraceToMessages):
+            raise ValueError("the triplet processor needs a triplet adapter; TraceToMessages produces chat messages")
+        self.options = options
+        self.spans_topic = settings.topic("spans")
+        self.attempts_topic = settings.topic("attempts")
+        self.triplets_topic = settings.topic("triplets")
+        self.buffer = AttemptBuffer(
+            grace_seconds=options.grace_seconds,
+            orphan_seconds=options.orphan_seconds,
+            late_window_seconds=options.late_window_seconds,
+        )
+        self.counts: Counter[str] = Counter()
+        self.ready = asyncio.Event()  # set once partitions are assigned
+        self._dlq: Optional[DeadLetterWriter] = None
+        self._producer: Optional[RecordProducer] = None
+        self._consumer: Optional[RecordConsumer] = None
+        self._fatal: Optional[BaseException] = None
+        self._in_flight = 0
+        self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = RecordConsumer(
+            self.settings,
+            [self.spans_topic, self.attempts_topic],
+            self.options.group_id or f"{self.settings.topic_prefix}-triplets",
+            max_poll_records=self.options.max_poll_records,
+        )
+        producer = RecordProducer(self.settings)
+        await producer.start()
+        try:
+            await consumer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        self._consumer, self._producer = consumer, producer
+        self._dlq = DeadLetterWriter(self.settings, producer, processor=self.name)
+        logger.info(
+            "triplets: %s + %s -> %s with %r", self.spans_topic, self.attempts_topic, self.triplets_topic, self.adapter
+        )
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set():
+                records = await consumer.getmany(timeout=self.options.poll_timeout)
+                if consumer.raw.assignment():
+                    self.ready.set()
+                self._forget_revoked(consumer)
+                now = time.monotonic()
+                if records and self.first_record_at is None:
+                    self.first_record_at = now
+                for record in records:
+                    await self._ingest(record, now)
+                for item in self.buffer.take_ready(now):
+                    await self._emit(item)
+                for item in self.buffer.take_abandoned(now):
+                    await self._abandon(item)
+                if self._fatal is not None:
+                    message = f"triplets: a trajectory could not be produced: {self._fatal!r}"
+                    raise RuntimeError(message) from self._fatal
+                if time.monotonic() - last_commit >= self.options.commit_interval:
+                    await consumer.commit()
+                    last_commit = time.monotonic()
+        finally:
+            try:
+                await producer.flush(timeout=producer.delivery_timeout)
+            finally:
+                await consumer.stop(commit=self._fatal is None)
+                await producer.stop()
+
+    def health(self) -> dict[str, Any]:
+        return {
+            **dict(self.counts),
+            "dead_letters": dict(self._dlq.counts) if self._dlq else {},
+            "pending_attempts": len(self.buffer.pending),
+            "buffered_spans": self.buffer.buffered_spans,
+            "in_flight": self._in_flight,
+            "ready": self.ready.is_set(),
+        }
+
+    # ------------------------------------------------------------------ input
+
+    def _forget_revoked(self, consumer: RecordConsumer) -> None:
+        if not consumer.assignment_changed.is_set():
+            return
+        consumer.assignment_changed.clear()
+        owned = {tp.partition for tp in consumer.raw.assignment()}
+        dropped = self.buffer.drop_partitions(owned)
+        if dropped:
+            logger.info("triplets: %d buffered attempts moved to another group member", len(dropped))
+
+    async def _ingest(self, record: ConsumerRecord, now: float) -> None:
+        assert self._consumer is not None and self._dlq is not None
+        if record.topic == self.spans_topic:
+            await self._ingest_span(record, now)
+            return
+        if dict(record.headers or ()).get(CONTROL_HEADER) is not None:
+            self._consumer.done(record)  # rollout control records (cancel) are the state machine's business
+            return
+        try:
+            event = decode(record.value, AttemptEvent)
+        except RecordError as err:
+            self.counts["invalid_attempt_events"] += 1
+            await self._dead_letter(err.reason, [record], record=record, kind="invalid_record")
+            return
+        if event.kind == "finished":
+            if not self.buffer.add_finished(event, record, record.partition, now):
+                self.counts["duplicate_finished"] += 1
+                if self.buffer.was_adapted(event.rollout_id, event.attempt_id):
+                    # its attempt is adapted; otherwise the repeat is buffered and settled with the trajectory
+                    self._consumer.done(record)
+            else:
+                self.counts["attempts_finished"] += 1
+        else:
+            if event.kind == "started":
+                self.buffer.add_started(event, record.partition, now)
+            self._consumer.done(record)
+
+    async def _ingest_span(self, record: ConsumerRecord, now: float) -> None:
+        assert self._consumer is not None
+        try:
+            span = decode(record.value, Span)
+        except RecordError as err:
+            self.counts["invalid_spans"] += 1
+            await self._dead_letter(err.reason, [record], record=record, kind="invalid_record")
+            return
+        outcome = self.buffer.add_span(span, record, record.partition, now)
+        if outcome is SpanOutcome.LATE:
+            self.counts["late_spans"] += 1
+            reason = f"late span: attempt {span.attempt_id} of rollout {span.rollout_id} was already adapted"
+            await self._dead_letter(reason, [record], record=record, kind="late_span", error_type="LateSpan")
+        elif outcome is SpanOutcome.DUPLICATE:
+            self.counts["duplicate_spans"] += 1
+        else:
+            self.counts["spans"] += 1
+
+    # ------------------------------------------------------------------ output
+
+    def _trajectory(self, item: PendingAttempt, triplets: list[Triplet], spans: Sequence[Span]) -> Trajectory:
+        finished = item.finished
+        assert finished is not None
+        meta = item.metadata()
+        versions = sorted({t.policy_version for t in triplets if t.policy_version is not None})
+        expected = item.expected_spans
+        extra: dict[str, Any] = {"policy_versions": versions, "worker_id": finished.worker_id}
+        if not item.complete:
+            extra.update(incomplete=True, expected_spans=expected, received_spans=len(spans))
+        if finished.error:
+            extra["error"] = finished.error
+        group_id = meta.get("group_id")
+        return Trajectory(
+            rollout_id=item.rollout_id,
+            attempt_id=item.attempt_id,
+            attempt_sequence_id=finished.attempt_sequence_id,
+            group_id=str(group_id) if group_id is not None else None,
+            mode=finished.mode or (item.started.mode if item.started else None),
+            resources_id=finished.resources_id or (item.started.resources_id if item.started else None),
+            status=finished.status or "unknown",
+            final_reward=find_final_reward(spans),
+            triplets=triplets,
+            adapter=repr(self.adapter),
+            span_count=len(spans),
+            finished_at=finished.timestamp,
+            metadata={**extra, "rollout_metadata": meta},
+        )
+
+    async def _emit(self, item: PendingAttempt) -> None:
+        assert self._producer is not None
+        spans = sorted(item.spans.values(), key=span_order_key)
+        if not item.complete:
+            self.counts["incomplete_attempts"] += 1
+            logger.warning(
+                "triplets: attempt %s of %s adapted with %d of %s spans after the %.0fs grace period",
+                item.attempt_id, item.rollout_id, len(spans), item.expected_spans, self.options.grace_seconds,
+            )  # fmt: skip
+        try:
+            triplets = self.adapter.adapt(spans)
+            if not all(isinstance(t, Triplet) for t in triplets):
+                raise TypeError(f"{self.adapter!r} returned {type(triplets[0]).__name__}, not Triplet")
+            trajectory = self._trajectory(item, triplets, spans)
+            future = await self._producer.send(self.triplets_topic, trajectory, key=item.rollout_id)
+        except Exception as exc:  # bad spans for this adapter, or a trajectory over the broker limit
+            self.counts["adapter_errors"] += 1
+            logger.exception("triplets: attempt %s of %s could not be adapted", item.attempt_id, item.rollout_id)
+            finished_record = next((t for t in reversed(item.tokens) if t.topic == self.attempts_topic), None)
+            await self._dead_letter(
+                f"attempt {item.attempt_id} of rollout {item.rollout_id} could not be adapted: {exc!r}",
+                item.tokens,
+                record=finished_record,
+                kind="adapter_error",
+                error_type=type(exc).__name__,
+            )
+            return
+        self._settle(future, item.tokens, "trajectories")
+
+    async def _abandon(self, item: PendingAttempt) -> None:
+        """Dead-letter the spans of an attempt that never reported 'finished' (each with its bytes)."""
+        self.counts["abandoned_attempts"] += 1
+        reason = (
+            f"abandoned attempt: no 'finished' event for attempt {item.attempt_id} of rollout {item.rollout_id} "
+            f"within {self.options.orphan_seconds:.0f}s"
+        )
+        for token in item.tokens:
+            await self._dead_letter(reason, [token], record=token, kind="abandoned_attempt", error_type="Abandoned")
+
+    async def _dead_letter(
+        self,
+        reason: str,
+        tokens: list[Any],
+        *,
+        record: Optional[ConsumerRecord],
+        kind: str,
+        error_type: str = "RecordError",
+    ) -> None:
+        assert self._dlq is not None
+        future = await self._dlq.send(reason, record=record, kind=kind, error_type=error_type)
+        self._settle(future, tokens, "dead_letters_acked")
+
+    def _settle(self, future: "asyncio.Future[Any]", tokens: list[Any], counter: str) -> None:
+        """Mark the source records done when the output is acknowledged; a failed delivery is fatal."""
+        self._in_flight += 1
+
+        def on_done(fut: "asyncio.Future[Any]") -> None:
+            self._in_flight -= 1
+            if fut.cancelled() or fut.exception() is not None:
+                error = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+                logger.error("triplets: delivery failed; stopping without committing: %r", error)
+                self._fatal = self._fatal or error
+                return
+            self.counts[counter] += 1
+            if self._consumer is not None:
+                self._consumer.done_many(tokens)
+
+        future.add_done_callback(on_done)

@@ -1,0 +1,277 @@
+"""The faust state machine against a real broker: retries, max_attempts, cancel, late and duplicate events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import AsyncIterator, Callable, Optional
+
+import pytest
+
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.types import (
+    Attempt,
+    AttemptedRollout,
+    AttemptEvent,
+    DeadLetter,
+    RolloutConfig,
+    RolloutControl,
+    RolloutSnapshot,
+    Span,
+)
+from processors.state_machine import RolloutStateMachine, StateMachineOptions, retry_attempt_id
+
+pytestmark = pytest.mark.integration
+
+FAST = StateMachineOptions(scan_interval=0.1, retention_seconds=600)
+
+
+class Harness:
+    """A running state machine plus a producer and followers of agl.rollouts and agl.tasks."""
+
+    def __init__(self, settings: Settings, machine: RolloutStateMachine, producer: RecordProducer) -> None:
+        self.settings = settings
+        self.machine = machine
+        self.producer = producer
+        self.snapshots: dict[str, list[RolloutSnapshot]] = {}
+        self.tasks: list[AttemptedRollout] = []
+        self.changed = asyncio.Condition()
+
+    async def follow(self, short: str, model: type, sink: Callable[[object], None]) -> None:  # type: ignore[type-arg]
+        async with RecordConsumer(self.settings, [self.settings.topic(short)], None) as consumer:
+            while True:
+                good, _ = await consumer.get_decoded(model, timeout=0.1)
+                if good:
+                    async with self.changed:
+                        for d in good:
+                            sink(d.value)
+                        self.changed.notify_all()
+
+    def _snapshot(self, snap: object) -> None:
+        assert isinstance(snap, RolloutSnapshot)
+        self.snapshots.setdefault(snap.rollout.rollout_id, []).append(snap)
+
+    async def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 45.0) -> None:
+        async with self.changed:
+            try:
+                await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
+            except asyncio.TimeoutError:
+                raise AssertionError(f"timed out waiting for {what}; snapshots: {self.statuses()}") from None
+
+    def latest(self, rid: str) -> Optional[RolloutSnapshot]:
+        return self.snapshots[rid][-1] if self.snapshots.get(rid) else None
+
+    def statuses(self) -> dict[str, list[tuple[str, Optional[str], int]]]:
+        return {
+            rid: [(s.rollout.status, s.attempt.status if s.attempt else None, s.attempts) for s in snaps]
+            for rid, snaps in self.snapshots.items()
+        }
+
+    async def wait_status(self, rid: str, status: str, attempts: Optional[int] = None) -> RolloutSnapshot:
+        def ok() -> bool:
+            snap = self.latest(rid)
+            return snap is not None and snap.rollout.status == status and (attempts is None or snap.attempts == attempts)
+
+        await self.wait_for(f"{rid} -> {status}", ok)
+        snap = self.latest(rid)
+        assert snap is not None
+        return snap
+
+    async def wait_requeue(self, rid: str, sequence_id: int) -> AttemptedRollout:
+        def found() -> bool:
+            return any(t.rollout_id == rid and t.attempt.sequence_id == sequence_id for t in self.tasks)
+
+        await self.wait_for(f"requeue of {rid} as attempt {sequence_id}", found)
+        return next(t for t in self.tasks if t.rollout_id == rid and t.attempt.sequence_id == sequence_id)
+
+    async def wait_count(self, name: str, at_least: int) -> None:
+        deadline = asyncio.get_running_loop().time() + 45
+        while self.machine.counts[name] < at_least:
+            assert asyncio.get_running_loop().time() < deadline, f"counter {name}: {dict(self.machine.counts)}"
+            await asyncio.sleep(0.05)
+
+    # -- what agl_stream.client and the runner would write
+
+    async def enqueue(self, rid: str, config: RolloutConfig) -> AttemptedRollout:
+        task = AttemptedRollout(
+            rollout_id=rid, input={"n": rid}, mode="train", config=config,
+            attempt=Attempt(rollout_id=rid, attempt_id="at-" + rid[-8:], sequence_id=1),
+        )  # fmt: skip
+        await self.producer.send_and_wait(self.settings.topic("tasks"), task, key=rid)
+        return task
+
+    async def event(self, task: AttemptedRollout, kind: str, status: Optional[str] = None) -> None:
+        ev = AttemptEvent(
+            kind=kind, rollout_id=task.rollout_id, attempt_id=task.attempt.attempt_id,  # type: ignore[arg-type]
+            attempt_sequence_id=task.attempt.sequence_id, status=status, worker_id="Worker-0", span_count=1,  # type: ignore[arg-type]
+        )  # fmt: skip
+        await self.producer.send_and_wait(self.settings.topic("attempts"), ev, key=task.rollout_id)
+
+    async def span(self, task: AttemptedRollout) -> None:
+        span = Span(rollout_id=task.rollout_id, attempt_id=task.attempt.attempt_id, sequence_id=1,
+                    trace_id="0" * 32, span_id="1" * 16, name="work")  # fmt: skip
+        await self.producer.send_and_wait(self.settings.topic("spans"), span, key=task.rollout_id)
+
+    async def run_attempt(self, task: AttemptedRollout, status: str) -> None:
+        await self.event(task, "started")
+        await self.span(task)
+        await self.event(task, "finished", status)
+
+
+@contextlib.asynccontextmanager
+async def harness(settings: Settings, options: StateMachineOptions = FAST) -> AsyncIterator[Harness]:
+    machine = RolloutStateMachine(settings, options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(machine.run(stop))
+    ready = asyncio.create_task(machine.ready.wait())
+    done, _ = await asyncio.wait({task, ready}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    assert ready in done, "state machine did not recover its table"
+    async with RecordProducer(settings) as producer:
+        h = Harness(settings, machine, producer)
+        followers = [
+            asyncio.create_task(h.follow("rollouts", RolloutSnapshot, h._snapshot)),
+            asyncio.create_task(h.follow("tasks", AttemptedRollout, h.tasks.append)),  # type: ignore[arg-type]
+        ]
+        try:
+            yield h
+        finally:
+            for f in followers:
+                f.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
+            stop.set()
+            await asyncio.wait_for(task, 60)
+
+
+async def test_timeout_unresponsive_and_failure_are_retried_and_finish_later(topics: Settings) -> None:
+    async with harness(topics) as h:
+        timeout = await h.enqueue("ro-000000000a01", RolloutConfig(timeout_seconds=0.5, max_attempts=2, retry_condition=["timeout"]))
+        silent = await h.enqueue("ro-000000000a02", RolloutConfig(unresponsive_seconds=2.0, max_attempts=2, retry_condition=["unresponsive"]))
+        failing = await h.enqueue("ro-000000000a03", RolloutConfig(max_attempts=3, retry_condition=["failed"]))
+        await h.wait_status(timeout.rollout_id, "queuing")
+        await h.event(timeout, "started")  # ...and never finishes
+        await h.event(silent, "started")
+        await h.span(silent)  # running, then silent
+        await h.wait_status(silent.rollout_id, "running")
+        await h.run_attempt(failing, "failed")
+
+        for first in (timeout, silent, failing):
+            retry = await h.wait_requeue(first.rollout_id, 2)
+            assert retry.attempt.attempt_id == retry_attempt_id(first.rollout_id, 2) != first.attempt.attempt_id
+            assert retry.status == "requeuing" and retry.input == first.input and retry.config == first.config
+            await h.run_attempt(retry, "succeeded")
+            done = await h.wait_status(first.rollout_id, "succeeded", attempts=2)
+            assert done.attempt is not None and done.attempt.attempt_id == retry.attempt.attempt_id
+            assert done.rollout.end_time is not None
+
+        history = h.statuses()
+        assert ("requeuing", "timeout", 1) in history[timeout.rollout_id]
+        assert ("requeuing", "unresponsive", 1) in history[silent.rollout_id]
+        assert ("requeuing", "failed", 1) in history[failing.rollout_id]
+        assert h.machine.counts["requeued"] == 3
+
+
+async def test_max_attempts_exhausted_cancel_and_late_duplicate_events(topics: Settings) -> None:
+    async with harness(topics) as h:
+        doomed = await h.enqueue("ro-000000000b01", RolloutConfig(max_attempts=2, retry_condition=["failed"]))
+        await h.run_attempt(doomed, "failed")
+        retry = await h.wait_requeue(doomed.rollout_id, 2)
+        await h.run_attempt(retry, "failed")
+        failed = await h.wait_status(doomed.rollout_id, "failed", attempts=2)
+        assert failed.attempt is not None and failed.attempt.status == "failed"
+        assert not any(t.rollout_id == doomed.rollout_id and t.attempt.sequence_id == 3 for t in h.tasks)
+
+        lucky = await h.enqueue("ro-000000000b02", RolloutConfig(max_attempts=3, retry_condition=["failed"]))
+        await h.run_attempt(lucky, "failed")
+        second = await h.wait_requeue(lucky.rollout_id, 2)
+        await h.event(second, "started")
+        await h.span(second)
+        await h.wait_status(lucky.rollout_id, "running", attempts=2)
+        # the first attempt reports success late, and repeats itself: it must not touch attempt 2
+        await h.event(lucky, "finished", "succeeded")
+        await h.event(lucky, "finished", "succeeded")
+        await h.span(lucky)
+        await h.wait_count("late_event", 2)
+        await h.wait_count("old_attempt_activity", 1)
+        assert h.latest(lucky.rollout_id).rollout.status == "running"  # type: ignore[union-attr]
+        await h.event(second, "finished", "succeeded")
+        await h.event(second, "finished", "failed")  # a repeated 'finished' with another status
+        await h.wait_count("duplicate_finished", 1)
+        done = await h.wait_status(lucky.rollout_id, "succeeded", attempts=2)
+        assert done.attempt is not None and done.attempt.attempt_id == second.attempt.attempt_id
+        assert len([t for t in h.tasks if t.rollout_id == lucky.rollout_id]) == 2  # no extra requeue
+
+        cancelled = await h.enqueue("ro-000000000b03", RolloutConfig(max_attempts=3, retry_condition=["failed"]))
+        await h.event(cancelled, "started")
+        await h.wait_status(cancelled.rollout_id, "preparing")
+        control = RolloutControl(rollout_id=cancelled.rollout_id, reason="user asked")
+        await h.producer.send_and_wait(topics.topic("attempts"), control, key=cancelled.rollout_id,
+                                       headers={"agl-kind": "control"})  # fmt: skip
+        snap = await h.wait_status(cancelled.rollout_id, "cancelled")
+        assert snap.rollout.end_time is not None
+        await h.event(cancelled, "finished", "failed")
+        await h.wait_count("late_event", 3)
+        assert h.latest(cancelled.rollout_id).rollout.status == "cancelled"  # type: ignore[union-attr]
+        assert not any(t.rollout_id == cancelled.rollout_id and t.attempt.sequence_id == 2 for t in h.tasks)
+
+
+async def test_thousand_bad_records_are_dead_lettered_and_good_ones_processed(topics: Settings) -> None:
+    n_bad, n_good = 1000, 20
+    garbage = [b"garbage", b'{"schema":"task","v":1,"data":{"rollout_id":5}}', b'{"schema":"task","v":7,"data":{}}', None]
+    async with harness(topics) as h:
+        futures, good = [], []
+        for i in range(n_bad):
+            if i % (n_bad // n_good) == 0:
+                good.append(await h.enqueue(f"ro-{len(good):012x}", RolloutConfig()))
+            topic = topics.topic("tasks" if i % 3 else "attempts")
+            headers = {"agl-kind": "control"} if i % 7 == 0 and topic.endswith("attempts") else None
+            futures.append(await h.producer.send(topic, garbage[i % len(garbage)], key=f"k{i}", headers=headers))
+        await h.producer.send(topics.topic("spans"), b"not a span", key="s")
+        await asyncio.gather(*futures)
+        for task in good:
+            await h.run_attempt(task, "succeeded")
+        for task in good:
+            await h.wait_status(task.rollout_id, "succeeded")
+        letters: list[DeadLetter] = []
+        async with RecordConsumer(topics, [topics.topic("dlq")], None) as consumer:
+            for _ in range(300):
+                got, _ = await consumer.get_decoded(DeadLetter, timeout=0.1)
+                letters.extend(d.value for d in got)
+                if len(letters) >= n_bad:
+                    break
+        assert len(letters) == n_bad
+        assert all(letter.processor == "state-machine" and letter.reason for letter in letters)
+        assert sorted(letter.payload for letter in letters) == sorted(garbage[i % len(garbage)] or b"" for i in range(n_bad))
+        assert h.machine.counts["unreadable_spans"] == 1  # spans are dead-lettered by their owners
+        assert h.machine.health()["dead_letters"] == {"invalid_record": n_bad}
+
+
+async def test_state_survives_a_restart_through_the_changelog(topics: Settings) -> None:
+    config = RolloutConfig(max_attempts=2, retry_condition=["failed"])
+    async with harness(topics) as h:
+        task = await h.enqueue("ro-000000000d01", config)
+        await h.event(task, "started")
+        await h.span(task)
+        await h.wait_status(task.rollout_id, "running")
+    async with harness(topics) as h:
+        assert h.machine.health()["rollouts_in_table"] == 1
+        await h.event(task, "finished", "failed")  # the restored config still drives the retry
+        retry = await h.wait_requeue(task.rollout_id, 2)
+        await h.run_attempt(retry, "succeeded")
+        await h.wait_status(task.rollout_id, "succeeded", attempts=2)
+
+
+async def test_finished_rollouts_leave_the_table_and_late_events_cannot_resurrect_them(topics: Settings) -> None:
+    async with harness(topics, StateMachineOptions(scan_interval=0.1, retention_seconds=0.5)) as h:
+        task = await h.enqueue("ro-000000000f01", RolloutConfig())
+        await h.run_attempt(task, "succeeded")
+        await h.wait_status(task.rollout_id, "succeeded")
+        await h.wait_count("expired", 1)
+        assert h.machine.health()["rollouts_in_table"] == 0
+        published = len(h.snapshots[task.rollout_id])
+        await h.event(task, "started")  # a very late duplicate about a rollout that is gone
+        await h.wait_count("expired", 2)  # the stray state is dropped after the same retention...
+        assert len(h.snapshots[task.rollout_id]) == published  # ...and never overwrote the final snapshot
+        assert h.latest(task.rollout_id).rollout.status == "succeeded"  # type: ignore[union-attr]

@@ -1,0 +1,72 @@
+"""AttemptBuffer: completeness by span_count, grace period, late spans, abandoned attempts (pure logic)."""
+
+from __future__ import annotations
+
+from agl_stream.types import AttemptEvent, Span
+from processors.triplets.buffer import AttemptBuffer, SpanOutcome
+
+R, A = "ro-000000000001", "at-00000001"
+
+
+def span(i: int, attempt: str = A) -> Span:
+    return Span(rollout_id=R, attempt_id=attempt, sequence_id=i, trace_id="t" * 32, span_id=f"{i:016x}", name="s")
+
+
+def finished(count: int | None, attempt: str = A) -> AttemptEvent:
+    return AttemptEvent(kind="finished", rollout_id=R, attempt_id=attempt, status="succeeded", span_count=count)
+
+
+def test_ready_only_when_finished_and_all_spans_arrived_in_any_order() -> None:
+    buf = AttemptBuffer(grace_seconds=10)
+    assert buf.add_span(span(1), "r1", 0, now=0.0) is SpanOutcome.BUFFERED
+    assert buf.add_finished(finished(3), "f", 0, now=1.0)
+    assert buf.take_ready(now=1.0) == []
+    assert buf.add_span(span(2), "r2", 0, now=1.1) is SpanOutcome.BUFFERED
+    assert buf.add_span(span(2), "r2b", 0, now=1.2) is SpanOutcome.DUPLICATE  # redelivered: not counted twice
+    assert buf.take_ready(now=1.2) == []
+    buf.add_span(span(3), "r3", 0, now=1.3)
+    (item,) = buf.take_ready(now=1.3)
+    assert item.complete and sorted(item.spans) == sorted(s.span_id for s in (span(1), span(2), span(3)))
+    assert item.tokens == ["r1", "f", "r2", "r2b", "r3"]  # every source record is handed back to be marked done
+    assert buf.pending == {}
+
+
+def test_grace_period_adapts_with_what_arrived_and_later_spans_are_late() -> None:
+    buf = AttemptBuffer(grace_seconds=5)
+    buf.add_span(span(1), "r1", 0, now=0.0)
+    buf.add_finished(finished(2), "f", 0, now=1.0)
+    assert buf.take_ready(now=5.9) == []
+    (item,) = buf.take_ready(now=6.0)
+    assert not item.complete and len(item.spans) == 1
+    assert buf.add_span(span(2), "r2", 0, now=7.0) is SpanOutcome.LATE
+    assert not buf.add_finished(finished(2), "f2", 0, now=7.0)  # a repeated 'finished' is a duplicate
+
+
+def test_missing_span_count_waits_for_the_grace_period_zero_count_is_immediate() -> None:
+    buf = AttemptBuffer(grace_seconds=2)
+    buf.add_finished(finished(None), "f", 0, now=0.0)
+    assert buf.take_ready(now=1.0) == []
+    assert len(buf.take_ready(now=2.0)) == 1
+    buf.add_finished(finished(0, attempt="at-00000002"), "g", 0, now=3.0)
+    (item,) = buf.take_ready(now=3.0)
+    assert item.complete and item.spans == {}
+
+
+def test_abandoned_attempts_and_revoked_partitions_leave_the_buffer() -> None:
+    buf = AttemptBuffer(orphan_seconds=100)
+    buf.add_span(span(1), "r1", 0, now=0.0)
+    buf.add_span(span(1, attempt="at-00000002"), "r2", 1, now=50.0)
+    (gone,) = buf.take_abandoned(now=100.0)
+    assert gone.attempt_id == A and gone.tokens == ["r1"]
+    assert [i.attempt_id for i in buf.drop_partitions(keep=[0])] == ["at-00000002"]
+    assert buf.pending == {}
+
+
+def test_remembered_attempts_expire_after_the_late_window() -> None:
+    buf = AttemptBuffer(late_window_seconds=10)
+    buf.add_finished(finished(0), "f", 0, now=0.0)
+    buf.take_ready(now=0.0)
+    assert buf.was_adapted(R, A)
+    buf.add_finished(finished(0, attempt="at-00000002"), "g", 0, now=20.0)
+    buf.take_ready(now=20.0)
+    assert not buf.was_adapted(R, A) and buf.remembered == 1

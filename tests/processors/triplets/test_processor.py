@@ -1,0 +1,213 @@
+"""The triplet processor on a real broker: golden trajectories, late spans, grace, bad input, adapter errors, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import AsyncIterator, Optional
+
+import pytest
+
+from agl_stream.adapter import TracerTraceToTriplet
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.serialization import decode
+from agl_stream.types import AttemptEvent, DeadLetter, RolloutControl, Span, Trajectory
+from processors.triplets import TripletProcessor, TripletProcessorOptions
+
+from tests.agl_stream.adapter.spans import SpanBuilder
+
+pytestmark = pytest.mark.integration
+
+FAST = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2)
+
+
+@contextlib.asynccontextmanager
+async def running(processor: TripletProcessor) -> AsyncIterator[TripletProcessor]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(processor.run(stop))
+    ready = asyncio.create_task(processor.ready.wait())
+    done, _ = await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()  # surfaces a startup failure
+    assert ready in done, "processor got no partitions"
+    try:
+        yield processor
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def read(settings: Settings, short: str, model: type, count: int, timeout: float = 20.0) -> list:  # type: ignore[type-arg]
+    """Read ``count`` records of ``model`` from a topic (all partitions, no group); fails on timeout."""
+    out: list = []  # type: ignore[type-arg]
+    async with RecordConsumer(settings, [settings.topic(short)], None) as consumer:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(out) < count and asyncio.get_running_loop().time() < deadline:
+            good, bad = await consumer.get_decoded(model, timeout=0.2)
+            assert not bad, [b.error.reason for b in bad]
+            out.extend(d.value for d in good)
+    assert len(out) == count, f"expected {count} records on {short}, got {len(out)}"
+    return out
+
+
+def golden_spans(rollout_id: str, attempt_id: str) -> list[Span]:
+    """Nested agents, an intermediate reward, token ids, logprobs and policy versions."""
+    b = SpanBuilder(rollout_id=rollout_id, attempt_id=attempt_id)
+    main = b.agent("main", 0.0, 10.0)
+    write = b.agent("write", 1.0, 4.0, main)
+    b.llm(1.5, 3.5, write, prompt=[1, 2, 3], response=[4, 5], response_id="c1",
+          extra={"response_logprobs": [-0.1, -0.2], "agl.policy_version": 3})  # fmt: skip
+    b.reward(0.5, 4.5, main)
+    check = b.agent("check", 5.0, 8.0, main)
+    b.llm(5.5, 7.5, check, prompt=[6, 7], response=[8], response_id="c2", extra={"agl.policy_version": 4})
+    b.reward(1.0, 9.0, main)
+    return b.spans
+
+
+def events(rollout_id: str, attempt_id: str, span_count: int, **meta: object) -> tuple[AttemptEvent, AttemptEvent]:
+    common = dict(rollout_id=rollout_id, attempt_id=attempt_id, mode="train", resources_id="rs-1", metadata=meta)
+    return (
+        AttemptEvent(kind="started", worker_id="Worker-0", **common),  # type: ignore[arg-type]
+        AttemptEvent(kind="finished", status="succeeded", span_count=span_count, worker_id="Worker-0", **common),  # type: ignore[arg-type]
+    )
+
+
+async def test_golden_trajectory_from_spans_and_attempt_events(topics: Settings) -> None:
+    rid, aid = "ro-aaaaaaaaaaa1", "at-aaaaaaa1"
+    spans = golden_spans(rid, aid)
+    started, finished = events(rid, aid, len(spans), group_id="gr-7")
+    async with running(TripletProcessor(topics, options=FAST)) as proc, RecordProducer(topics) as producer:
+        await producer.send_and_wait(topics.topic("attempts"), started, key=rid)
+        # 'finished' arrives before the last spans: the processor waits for span_count spans
+        for span in spans[:3]:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), RolloutControl(rollout_id=rid), key=rid,
+                                     headers={"agl-kind": "control"})  # fmt: skip
+        for span in reversed(spans[3:]):
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+        # a span of the same attempt after adaptation: counted and dead-lettered, no second trajectory
+        late = spans[0].model_copy(update={"span_id": "f" * 16})
+        await producer.send_and_wait(topics.topic("spans"), late, key=rid)
+        (letter,) = await read(topics, "dlq", DeadLetter, 1)
+        assert proc.health()["late_spans"] == 1
+    assert (trajectory.rollout_id, trajectory.attempt_id, trajectory.group_id) == (rid, aid, "gr-7")
+    assert (trajectory.mode, trajectory.resources_id, trajectory.status) == ("train", "rs-1", "succeeded")
+    assert trajectory.span_count == len(spans) and trajectory.final_reward == 1.0
+    assert [(t.prompt_token_ids, t.response_token_ids, t.reward) for t in trajectory.triplets] == [
+        ([1, 2, 3], [4, 5], 0.5),
+        ([6, 7], [8], 1.0),
+    ]
+    assert [t.metadata["agent_name"] for t in trajectory.triplets] == ["write", "check"]
+    assert trajectory.triplets[0].response_logprobs == [-0.1, -0.2]
+    assert trajectory.policy_version == 3 and trajectory.metadata["policy_versions"] == [3, 4]
+    assert "incomplete" not in trajectory.metadata
+    assert letter.reason.startswith("late span") and decode(letter.payload, Span).span_id == "f" * 16
+
+
+async def test_configured_adapter_and_grace_period_for_missing_spans(topics: Settings) -> None:
+    rid, aid = "ro-aaaaaaaaaaa2", "at-aaaaaaa2"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans) + 2)  # two spans never arrive
+    processor = TripletProcessor(topics, adapter="tracer:agent_match=check", options=FAST)
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert [(t.prompt_token_ids, t.reward) for t in trajectory.triplets] == [([6, 7], 1.0)]
+    assert trajectory.metadata["incomplete"] is True
+    assert (trajectory.metadata["expected_spans"], trajectory.metadata["received_spans"]) == (len(spans) + 2, len(spans))
+    assert processor.health()["incomplete_attempts"] == 1
+
+
+def malformed(i: int) -> Optional[bytes]:
+    kinds = [
+        b"not json at all",
+        b'{"schema":"span","v":1,"data":{"rollout_id":"ro-x"}}',  # missing required fields
+        b'{"schema":"span","v":99,"data":{}}',  # unsupported version
+        b'{"schema":"worker","v":1,"data":{"worker_id":"w"}}',  # wrong schema for the topic
+        b"[1,2,3]",
+        b'{"schema":"attempt_event","v":1,"data":{"kind":"exploded","rollout_id":"r","attempt_id":"a"}}',
+        b"\xff\xfe\x00binary",
+        None,  # a value-less record
+    ]
+    return kinds[i % len(kinds)]
+
+
+async def test_thousand_malformed_records_interleaved_with_good_ones(topics: Settings) -> None:
+    n_attempts, n_bad = 40, 1000
+    async with running(TripletProcessor(topics, options=FAST)) as proc, RecordProducer(topics) as producer:
+        futures = []
+        bad_sent = 0
+        for a in range(n_attempts):
+            rid, aid = f"ro-{a:012x}", f"at-{a:08x}"
+            spans = golden_spans(rid, aid)
+            _, finished = events(rid, aid, len(spans))
+            for span in spans:
+                futures.append(await producer.send(topics.topic("spans"), span, key=rid))
+                for _ in range(2):
+                    if bad_sent < n_bad:
+                        topic = topics.topic("spans" if bad_sent % 2 else "attempts")
+                        futures.append(await producer.send(topic, malformed(bad_sent), key=rid))
+                        bad_sent += 1
+            futures.append(await producer.send(topics.topic("attempts"), finished, key=rid))
+        while bad_sent < n_bad:
+            futures.append(await producer.send(topics.topic("spans"), malformed(bad_sent), key=f"k{bad_sent}"))
+            bad_sent += 1
+        await asyncio.gather(*futures)
+        trajectories = await read(topics, "triplets", Trajectory, n_attempts, timeout=60)
+        letters = await read(topics, "dlq", DeadLetter, n_bad, timeout=60)
+        health = proc.health()
+    assert sorted(t.rollout_id for t in trajectories) == [f"ro-{a:012x}" for a in range(n_attempts)]
+    assert all(len(t.triplets) == 2 and t.final_reward == 1.0 for t in trajectories)
+    assert all(letter.reason and letter.processor == "triplets" for letter in letters)
+    assert sorted(letter.payload for letter in letters) == sorted(malformed(i) or b"" for i in range(n_bad))
+    assert health["invalid_spans"] + health["invalid_attempt_events"] == n_bad
+    reasons = {letter.reason.split(":")[0] for letter in letters}
+    assert {"value is not valid JSON", "record has no value (tombstone or empty)"} <= reasons
+
+
+async def test_uncommitted_spans_are_read_again_after_a_restart(topics: Settings) -> None:
+    """Spans read by a processor that stopped before the attempt finished are not lost (at-least-once)."""
+    rid, aid = "ro-aaaaaaaaaaa3", "at-aaaaaaa3"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    async with RecordProducer(topics) as producer:
+        first = TripletProcessor(topics, options=FAST)
+        async with running(first):
+            for span in spans:
+                await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+            while first.health().get("spans", 0) < len(spans):
+                await asyncio.sleep(0.05)
+        # the first instance is gone with the spans buffered but not committed
+        async with running(TripletProcessor(topics, options=FAST)):
+            await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+            (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert trajectory.span_count == len(spans) and "incomplete" not in trajectory.metadata
+
+
+class BrokenForOneRollout(TracerTraceToTriplet):
+    def adapt(self, source):  # type: ignore[no-untyped-def]
+        if source and source[0].rollout_id.endswith("bad"):
+            raise ValueError("cannot make sense of these spans")
+        return super().adapt(source)
+
+
+async def test_an_adapter_failure_is_dead_lettered_and_other_attempts_go_on(topics: Settings) -> None:
+    processor = TripletProcessor(topics, adapter=BrokenForOneRollout(), options=FAST)
+    async with running(processor), RecordProducer(topics) as producer:
+        for rid, aid in (("ro-000000000bad", "at-0000000b"), ("ro-0000000000ok", "at-0000000c")):
+            spans = golden_spans(rid, aid)
+            for span in spans:
+                await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+            _, finished = events(rid, aid, len(spans))
+            await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+        (letter,) = await read(topics, "dlq", DeadLetter, 1)
+    assert trajectory.rollout_id == "ro-0000000000ok"
+    assert "could not be adapted" in letter.reason and "cannot make sense" in letter.reason
+    assert letter.error_type == "ValueError" and decode(letter.payload, AttemptEvent).kind == "finished"
+    assert processor.health()["adapter_errors"] == 1
