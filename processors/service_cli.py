@@ -20,6 +20,8 @@ def processors(
     retention_seconds: Optional[float] = typer.Option(None, help="state-machine: keep finished rollouts this long"),
     health_interval: float = typer.Option(10.0, help="seconds between health reports"),
     health_file: Optional[Path] = typer.Option(None, help="also write the health report (JSON) to this file"),
+    health_port: Optional[int] = typer.Option(None, help="serve GET /health on this port (200 healthy, 503 not)"),
+    health_host: str = typer.Option("0.0.0.0", help="address of the health endpoint"),
     shutdown_timeout: float = typer.Option(30.0, help="seconds apps get to finish in-flight work on shutdown"),
 ) -> None:
     from agl_stream.adapter import build_adapter
@@ -45,7 +47,15 @@ def processors(
             settings, selected, options=options, health_interval=health_interval, health_file=health_file,
             shutdown_timeout=shutdown_timeout,
         )  # fmt: skip
-        return await service.run(stop)
+        if health_port is None:
+            return await service.run(stop)
+        from processors.health_http import HealthServer
+
+        server = await HealthServer(service.health, health_host, health_port).start()
+        try:
+            return await service.run(stop)
+        finally:
+            await server.stop()
 
     code = run_until_signal(main)
     raise typer.Exit(code)
