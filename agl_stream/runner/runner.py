@@ -383,6 +383,9 @@ class LitAgentRunner:
         **fields: Any,
     ) -> None:
         assert self._producer is not None
+        # The rollout's own metadata (GRPO group id, epoch, ...) travels with every event, so the
+        # triplet processor can put it on the trajectory; the runner's fields win on a clash.
+        fields["metadata"] = {**rollout.metadata, **fields.get("metadata", {})}
         event = AttemptEvent(
             kind=kind,  # type: ignore[arg-type]
             rollout_id=rollout.rollout_id,
