@@ -1,1 +1,23 @@
-"""RL algorithms of the learner. ``grpo.py`` holds GRPO / Dr.GRPO / RLOO / REINFORCE++ with the PPO-clip loss."""
+"""Learning algorithms.
+
+``grpo.py`` holds the RL math (GRPO / Dr.GRPO / RLOO / REINFORCE++ advantages and the PPO-clip loss
+from verl's core_algos); ``apo.py`` the prompt optimizer (beam search with textual gradients);
+``sft.py`` rejection-sampling fine-tuning. The RL algorithm the facade runs is ``trainer.rl.RL``.
+Submodules are imported on use (APO needs litellm, the others torch).
+"""
+
+from typing import Any
+
+__all__ = ["APO", "SFT", "SFTConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "APO":
+        from trainer.algorithms.apo import APO
+
+        return APO
+    if name in ("SFT", "SFTConfig"):
+        from trainer.algorithms import sft
+
+        return getattr(sft, name)
+    raise AttributeError(name)
