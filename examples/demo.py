@@ -14,7 +14,7 @@ validation questions are answered before and after training, and the paired diff
 reported with a bootstrap confidence interval and a sign test.
 
 At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
-validation before/after). Environment knobs: ``AGL_DEMO_STEPS`` (default 40), ``AGL_DEMO_MODEL``
+validation before/after). Environment knobs: ``AGL_DEMO_STEPS`` (default 30), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, default 64).
 """
 
@@ -146,7 +146,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "40"))
+    steps = int(os.environ.get("AGL_DEMO_STEPS", "30"))
     model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
     n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
     data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / "demo"))
