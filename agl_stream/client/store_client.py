@@ -33,9 +33,13 @@ from agl_stream.types import (
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
+    RolloutControl,
     RolloutMode,
     RolloutSnapshot,
 )
+
+#: header that marks control records on agl.attempts (read by the rollout state machine)
+CONTROL_HEADER = "agl-kind"
 
 
 class EnqueueRolloutRequest(BaseModel):
@@ -126,6 +130,15 @@ class StoreClient:
         known = self._snapshots.get(snapshot.rollout.rollout_id)
         if known is None or snapshot.updated_at >= known.updated_at:
             self._snapshots[snapshot.rollout.rollout_id] = snapshot
+
+    async def cancel_rollout(self, rollout_id: str, reason: Optional[str] = None) -> None:
+        """Ask the state machine to cancel a rollout (upstream: ``update_rollout(status="cancelled")``).
+
+        The request is a ``RolloutControl`` on ``agl.attempts`` (header ``agl-kind: control``), keyed
+        by rollout id so it is ordered with the rollout's attempt events."""
+        control = RolloutControl(rollout_id=rollout_id, reason=reason)
+        await self._producer.send_and_wait(self.settings.topic("attempts"), control, key=rollout_id,
+                                           headers={CONTROL_HEADER: "control"})  # fmt: skip
 
     async def get_rollout_by_id(self, rollout_id: str) -> Optional[Rollout]:
         snapshot = self._snapshots.get(rollout_id)

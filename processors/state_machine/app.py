@@ -57,13 +57,12 @@ from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from processors.dlq import DeadLetterWriter
 from processors.state_machine import rules
 from processors.state_machine.catchup import read_to_end
+from agl_stream.client.store_client import CONTROL_HEADER
 from processors.state_machine.faust_config import app_options
 from processors.state_machine.rules import Outcome, RolloutState
 from topics.catalog import CATALOG, TopicSpec
 
 logger = logging.getLogger(__name__)
-
-CONTROL_HEADER = "agl-kind"
 
 CHANGELOG = TopicSpec(
     "state-machine-changelog",

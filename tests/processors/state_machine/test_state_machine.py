@@ -275,3 +275,17 @@ async def test_finished_rollouts_leave_the_table_and_late_events_cannot_resurrec
         await h.wait_count("expired", 2)  # the stray state is dropped after the same retention...
         assert len(h.snapshots[task.rollout_id]) == published  # ...and never overwrote the final snapshot
         assert h.latest(task.rollout_id).rollout.status == "succeeded"  # type: ignore[union-attr]
+
+
+async def test_client_cancel_reaches_the_state_machine(topics: Settings) -> None:
+    """``StoreClient.cancel_rollout`` (upstream's update_rollout(status="cancelled")) cancels a queued rollout."""
+    from agl_stream.client import StoreClient
+
+    async with harness(topics) as h, StoreClient(topics) as client:
+        rollout = await client.enqueue_rollout({"q": 1}, mode="train")
+        await h.wait_status(rollout.rollout_id, "queuing")
+        await client.cancel_rollout(rollout.rollout_id, reason="operator")
+        snap = await h.wait_status(rollout.rollout_id, "cancelled")
+        assert snap.rollout.end_time is not None
+        done = await client.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=30)
+        assert [r.status for r in done] == ["cancelled"]
