@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench chaos setup constraints clean
+.PHONY: demo test bench scaling chaos setup constraints clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python tests/benchmarks/run_all.py
+
+scaling: setup
+	$(BIN)/python tests/benchmarks/bench_scaling.py
 
 chaos: setup
 	$(BIN)/python -m pytest tests/faults -m chaos $(PYTEST_ARGS)

@@ -1,0 +1,294 @@
+"""The whole pipeline on this machine, with handles to break it, and the audit of what reached ClickHouse.
+
+:class:`Pipeline` starts a Tansu broker that advertises a :class:`~tests.agl_stream.runner.tcp_proxy.TcpProxy`
+port (every client connection goes through the proxy, so the broker can "disappear" from the
+network while its process and data survive), the catalog topics, the ``agl-stream processors``
+service (state machine, triplet adapter, ClickHouse sinks owning the embedded chdb) and runner
+processes of the workload agent (``tests/benchmarks/workload_agent.py``), each a separate
+``agl-stream runner`` process that a test can SIGKILL.
+
+:func:`audit` compares ClickHouse with the ground truth the workload's tasks define (the agent's
+plan is a pure function of its task): every rollout's final status, and every span and triplet of
+its succeeded attempt present exactly once. chdb allows one process per data directory, so the
+audit runs after the processors stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from agl_stream.broker import LocalBroker, free_port
+from agl_stream.client import StoreClient
+from agl_stream.config import Settings
+from agl_stream.execution.local_stack import LocalStack
+from agl_stream.execution.process import ServiceProcess
+from tests.benchmarks.workload_agent import ADAPTER_SPEC, TASK_NAME_KEY, make_tasks, plan
+from tests.agl_stream.runner.tcp_proxy import TcpProxy
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = "tests.benchmarks.workload_agent:workload_agent"
+
+
+class Pipeline:
+    def __init__(self, data_dir: Path, *, partitions: int = 2, session_timeout_ms: int = 6000,
+                 processor_args: Sequence[str] = ()) -> None:  # fmt: skip
+        self.data_dir = data_dir
+        self.partitions = partitions
+        self.session_timeout_ms = session_timeout_ms
+        self.processor_args = ["--adapter", ADAPTER_SPEC, *processor_args]
+        self.broker: Optional[LocalBroker] = None
+        self.proxy: Optional[TcpProxy] = None
+        self.stack: Optional[LocalStack] = None
+        self.runners: list[ServiceProcess] = []
+        self.settings: Optional[Settings] = None
+
+    async def start(self) -> "Pipeline":
+        broker_port, proxy_port = free_port(), free_port()
+        log_dir = self.data_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.broker = LocalBroker(port=broker_port, advertised=f"127.0.0.1:{proxy_port}", log_file=log_dir / "broker.log").start()
+        self.proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
+        await self.proxy.start()
+        settings = Settings.from_env(
+            env={}, kafka_bootstrap=f"127.0.0.1:{proxy_port}", data_dir=self.data_dir, partitions=self.partitions,
+            kafka_session_timeout_ms=self.session_timeout_ms,
+        )  # fmt: skip
+        self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
+        self.settings = await self.stack.start()
+        return self
+
+    # ---------------------------------------------------------------- services
+
+    @property
+    def processors(self) -> ServiceProcess:
+        assert self.stack is not None
+        return next(s for s in self.stack.services if s.name == "processors")
+
+    @property
+    def health_file(self) -> Path:
+        return self.data_dir / "logs" / "processors.health.json"
+
+    def start_runner(self, *, concurrency: int = 4, n: int = 1, name: Optional[str] = None) -> ServiceProcess:
+        """One ``agl-stream runner`` service (``n`` processes in one process group)."""
+        assert self.stack is not None
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        runner = self.stack.start_runners(AGENT, n, concurrency=concurrency, env=env,
+                                          extra_args=["--heartbeat-interval", "1"])  # fmt: skip
+        runner.name = name or f"runners-{len(self.runners)}"
+        self.runners.append(runner)
+        return runner
+
+    def restart_processors(self) -> None:
+        self.health_file.unlink(missing_ok=True)
+        self.processors.start()
+
+    def stop_runners(self) -> None:
+        for runner in self.runners:
+            runner.stop()
+
+    def stop_processors(self) -> None:
+        self.processors.stop(timeout=60)
+
+    async def stop(self) -> None:
+        if self.stack is not None:
+            self.stack.stop()
+        if self.proxy is not None:
+            await self.proxy.stop()
+        if self.broker is not None:
+            self.broker.stop()
+
+    # ---------------------------------------------------------------- waiting
+
+    def health(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.health_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    async def wait_drained(self, timeout: float = 120.0, quiet: int = 2) -> dict[str, Any]:
+        """Wait until the processors report nothing pending or buffered and their counts stopped
+        moving for ``quiet`` consecutive health reports (every 2 s): the sinks caught up."""
+        deadline = time.monotonic() + timeout
+        last, stable, mtime = None, 0, 0.0
+        while time.monotonic() < deadline:
+            self.processors.check()
+            try:
+                current_mtime = self.health_file.stat().st_mtime
+            except OSError:
+                current_mtime = 0.0
+            if current_mtime != mtime:
+                mtime = current_mtime
+                report = self.health()
+                apps = report.get("apps", {})
+                # the workers sink sees a heartbeat every second whatever the load: not a sign of backlog
+                sinks = {k: v for k, v in apps.get("sinks", {}).items() if isinstance(v, dict) and k != "workers"}
+                triplets = apps.get("triplets", {})
+                counts = (
+                    tuple(sorted((k, v.get("records"), v.get("rows")) for k, v in sinks.items())),
+                    triplets.get("trajectories"),
+                    triplets.get("spans"),
+                )
+                idle = (all(v.get("pending", 0) == 0 for v in sinks.values()) and sinks
+                        and triplets.get("in_flight", 0) == 0 and triplets.get("buffered_spans", 0) == 0)  # fmt: skip
+                stable = stable + 1 if (idle and counts == last) else 0
+                last = counts
+                if stable >= quiet:
+                    return report
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"processors did not drain within {timeout}s; last health: {json.dumps(self.health())[:3000]}")
+
+
+# ---------------------------------------------------------------- enqueue and wait
+
+
+@dataclass
+class Enqueued:
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # rollout id -> task
+    enqueued_at: dict[str, float] = field(default_factory=dict)  # rollout id -> time.time() at enqueue
+
+
+async def enqueue(store: StoreClient, tasks: list[dict[str, Any]], batch: int = 128, into: Optional[Enqueued] = None) -> Enqueued:
+    out = into or Enqueued()
+    for start in range(0, len(tasks), batch):
+        chunk = tasks[start : start + batch]
+        rollouts = await store.enqueue_many_rollouts([{"input": task} for task in chunk])
+        for task, ro in zip(chunk, rollouts):
+            out.tasks[ro.rollout_id] = task
+            out.enqueued_at[ro.rollout_id] = ro.start_time
+    return out
+
+
+async def wait_terminal(store: StoreClient, rollout_ids: list[str], timeout: float) -> dict[str, str]:
+    done = await store.wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)
+    return {r.rollout_id: r.status for r in done}
+
+
+# ---------------------------------------------------------------- the audit
+
+
+@dataclass
+class Audit:
+    enqueued: int
+    succeeded: int
+    failed: int
+    other: dict[str, int]
+    spans: int
+    triplets: int
+    duplicates: int
+    lost: int
+    raw_duplicate_rows: int  # physical rows ReplacingMergeTree collapses (at-least-once inserts)
+    problems: list[str]
+
+    def line(self, name: str) -> str:
+        return (f"[{name}] enqueued={self.enqueued} succeeded={self.succeeded} failed={self.failed} "
+                f"spans={self.spans} triplets={self.triplets} duplicates={self.duplicates} lost={self.lost} "
+                f"(raw duplicate rows collapsed by the tables: {self.raw_duplicate_rows})")  # fmt: skip
+
+
+def _in(ids: Sequence[str]) -> str:
+    return "(" + ",".join("'" + i.replace("'", "") + "'" for i in ids) + ")"
+
+
+def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) -> Audit:
+    """Every enqueued rollout's final status, and the spans and triplets of its succeeded attempt.
+
+    Ground truth comes from the tasks (the agent's plan): an attempt of a task with R rounds and I
+    intermediate rewards emits 3R + I + 2 spans with sequence ids 1..n and R triplets. Natural keys:
+    a span is (AttemptId, SequenceId) - the per-attempt order the runner assigns - and a triplet is
+    (AttemptId, TripletIndex). ``duplicates`` counts rows beyond one per natural key (in the
+    deduplicated FINAL view: a span emitted twice under different span ids, a triplet written by
+    two attempts of one rollout); ``lost`` counts expected keys without a row, plus rollouts whose
+    task name or final reward is missing or wrong. ``store``: a DSN, or a client this process holds.
+    """
+    from processors.clickhouse import connect
+
+    ids = list(enqueued.tasks)
+    problems: list[str] = []
+    ch = connect(store) if isinstance(store, str) else store  # a DSN, or a client this process already holds
+    try:
+        statuses = {r[0]: r[1] for r in ch.query_rows(
+            f"SELECT RolloutId, argMax(Status, UpdatedAt) FROM rollouts WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId")[1]}  # fmt: skip
+        finished = {}
+        for rid, aid, status, span_count in ch.query_rows(
+            f"SELECT RolloutId, AttemptId, Status, SpanCount FROM attempts FINAL WHERE Kind = 'finished' "
+            f"AND RolloutId IN {_in(ids)}"
+        )[1]:
+            if status == "succeeded":
+                finished.setdefault(rid, []).append((aid, span_count))
+        span_keys = {(r[0], r[1]): (r[2], r[3], r[4]) for r in ch.query_rows(
+            f"SELECT RolloutId, AttemptId, count(), uniqExact(SequenceId), max(SequenceId) FROM spans FINAL "
+            f"WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
+        span_rows_raw = ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {_in(ids)}")
+        span_rows_final = ch.scalar(f"SELECT count() FROM spans FINAL WHERE RolloutId IN {_in(ids)}")
+        triplet_keys = {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in ch.query_rows(
+            f"SELECT RolloutId, AttemptId, count(), uniqExact(TripletIndex), any(TripletCount), any(FinalReward) "
+            f"FROM triplets FINAL WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
+        triplet_rows_raw = ch.scalar(f"SELECT count() FROM triplets WHERE RolloutId IN {_in(ids)}")
+        triplet_rows_final = ch.scalar(f"SELECT count() FROM triplets FINAL WHERE RolloutId IN {_in(ids)}")
+        names = {r[0]: r[1] for r in ch.query_rows(
+            f"SELECT RolloutId, any(SpanAttributes['{TASK_NAME_KEY}']) FROM spans FINAL WHERE RolloutId IN {_in(ids)} "
+            f"AND mapContains(SpanAttributes, '{TASK_NAME_KEY}') GROUP BY RolloutId")[1]}  # fmt: skip
+    finally:
+        if isinstance(store, str):
+            ch.close()
+
+    duplicates = lost = 0
+    counts: dict[str, int] = {}
+    for rid in ids:
+        status = statuses.get(rid, "missing")
+        counts[status] = counts.get(status, 0) + 1
+        if rid in expect_failed:
+            if status != "failed":
+                problems.append(f"{rid}: expected failed, got {status}")
+            continue
+        if status != "succeeded":
+            problems.append(f"{rid}: status {status}")
+            lost += 1
+            continue
+        p = plan(enqueued.tasks[rid])
+        attempts = finished.get(rid, [])
+        if len(attempts) != 1:
+            problems.append(f"{rid}: {len(attempts)} succeeded attempts")
+            duplicates += max(0, len(attempts) - 1)
+            if not attempts:
+                lost += 1
+                continue
+        aid, span_count = attempts[0]
+        if span_count != p.spans:
+            problems.append(f"{rid}: runner reported {span_count} spans, the plan has {p.spans}")
+        rows, distinct, top = span_keys.get((rid, aid), (0, 0, 0))
+        duplicates += rows - distinct + max(0, distinct - p.spans)
+        lost += max(0, p.spans - distinct)
+        if top != p.spans or rows != p.spans:
+            problems.append(f"{rid}/{aid}: {rows} span rows, {distinct} distinct sequence ids (max {top}), expected {p.spans}")
+        trows, tdistinct, tcount, final_reward = triplet_keys.get((rid, aid), (0, 0, 0, None))
+        duplicates += trows - tdistinct + max(0, tdistinct - p.triplets)
+        lost += max(0, p.triplets - tdistinct)
+        if (trows, tdistinct, tcount) != (p.triplets,) * 3:
+            problems.append(f"{rid}/{aid}: {trows} triplet rows ({tdistinct} distinct, count {tcount}), expected {p.triplets}")
+        other_triplets = [k for k in triplet_keys if k[0] == rid and k[1] != aid]
+        if other_triplets:
+            duplicates += sum(triplet_keys[k][0] for k in other_triplets)
+            problems.append(f"{rid}: triplets of other attempts too: {other_triplets}")
+        if final_reward is None or not 1.0 <= final_reward <= 2.0 or abs(final_reward - p.final_reward) > 1e-9:
+            problems.append(f"{rid}: final reward {final_reward}, expected {p.final_reward}")
+            lost += 1
+        if names.get(rid) != enqueued.tasks[rid]["name"]:
+            problems.append(f"{rid}: task name {names.get(rid)!r} not among its spans")
+            lost += 1
+    return Audit(
+        enqueued=len(ids), succeeded=counts.get("succeeded", 0), failed=counts.get("failed", 0),
+        other={k: v for k, v in counts.items() if k not in ("succeeded", "failed")},
+        spans=span_rows_final, triplets=triplet_rows_final, duplicates=duplicates, lost=lost,
+        raw_duplicate_rows=(span_rows_raw - span_rows_final) + (triplet_rows_raw - triplet_rows_final),
+        problems=problems,
+    )  # fmt: skip
+
+
+__all__ = ["Pipeline", "Enqueued", "enqueue", "wait_terminal", "audit", "Audit", "make_tasks", "AGENT"]

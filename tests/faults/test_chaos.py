@@ -1,0 +1,192 @@
+"""Fault injection against the real pipeline: nothing enqueued is lost, nothing is written twice.
+
+Every scenario runs the benchmark's rollout workload (``tests/benchmarks/workload_agent.py``)
+through a real Tansu broker (behind a TCP proxy), the ``agl-stream processors`` service with the
+embedded ClickHouse, and ``agl-stream runner`` processes; breaks one part mid-stream; then audits
+ClickHouse against the tasks' ground truth (:func:`tests.faults.harness.audit`) and prints
+``enqueued, succeeded, failed, spans, triplets, duplicates, lost``.
+
+Each scenario has a reduced size that runs in ``make test`` and a full size marked ``chaos``
+(``make chaos``). Outages last 10 s in both.
+
+What "the broker stops" means here: the local Tansu broker keeps its data in memory (its other
+engines are PostgreSQL and S3), so a restarted process would come back empty. The scenario cuts
+the broker off the network for 10 s instead (every client loses every connection; the broker
+process and its data survive), which is what clients see of a Kafka broker restart with
+persistent logs. See docs/operations.md, section 9.
+
+Not covered here (yet): the learner SIGKILLed mid-step and resumed from its checkpoint (the
+checkpoint/resume machinery is exercised by ``tests/trainer/test_learner.py``, not under a kill);
+ClickHouse unavailable for 10 s (chdb is embedded in the processors process, so there is no server
+to stop; the sinks' retry loop needs an in-process outage such as a ``RENAME TABLE`` from the
+sinks' own client); the slow-consumer scenario at pipeline level (producer-level backpressure -
+``send()`` blocks at ``max_in_flight`` with the broker gone - is covered by
+``tests/agl_stream/kafka/test_clients.py::test_producer_backpressure_bounds_in_flight_records``).
+
+Known issues these scenarios expose are turned into ``xfail`` with the reason, only when exactly
+that symptom shows (everything else, in particular any lost record, still fails the test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Awaitable, Callable, Optional
+
+import pytest
+
+from agl_stream.client import StoreClient
+from tests.faults.harness import Audit, Enqueued, Pipeline, audit, enqueue, make_tasks
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+Fault = Callable[[Pipeline, StoreClient, Enqueued], Awaitable[Optional[str]]]
+OUTAGE_S = 10.0
+
+
+def reduced_or_full(reduced: int, full: int) -> list[object]:
+    return [pytest.param(reduced, id="reduced"), pytest.param(full, id="full", marks=pytest.mark.chaos)]
+
+
+async def until(predicate: Callable[[], bool], timeout: float, what: str, pipe: Pipeline) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        pipe.processors.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}:\n{pipe.processors.tail()[-3000:]}")
+        await asyncio.sleep(0.1)
+
+
+def statuses(store: StoreClient, enq: Enqueued) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for rid in enq.tasks:
+        snap = store._snapshots.get(rid)  # the client's view of agl.rollouts
+        if snap is not None:
+            out[rid] = snap.rollout.status
+    return out
+
+
+def count(store: StoreClient, enq: Enqueued, *wanted: str) -> int:
+    return sum(1 for s in statuses(store, enq).values() if s in wanted)
+
+
+async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runners: int = 2, concurrency: int = 4,
+                       sleep: float = 0.02, timeout: float = 240.0, processor_args: tuple[str, ...] = ()) -> tuple[Audit, Pipeline]:  # fmt: skip
+    pipe = await Pipeline(tmp_path / "agl", processor_args=processor_args).start()
+    try:
+        for i in range(runners):
+            pipe.start_runner(concurrency=concurrency, name=f"runner-{i}")
+        assert pipe.settings is not None
+        async with StoreClient(pipe.settings) as store:
+            enq = await enqueue(store, make_tasks(n, seed=n, sleep=sleep, prefix=name), batch=32)
+            note = await fault(pipe, store, enq)
+            done = await store.wait_for_rollouts(rollout_ids=list(enq.tasks), timeout=timeout)
+            if len(done) != n:
+                note = f"{note}; {n - len(done)} rollouts not terminal after {timeout:.0f} s"
+        await pipe.wait_drained()
+        pipe.stop_runners()
+        pipe.stop_processors()
+        result = audit(pipe.settings.effective_clickhouse_dsn, enq)
+    finally:
+        await pipe.stop()
+    print(result.line(name) + (f" [{note}]" if note else ""))
+    return result, pipe
+
+
+REDELIVERY_DUPLICATES = (
+    "known issue: a redelivered task is run again under the SAME attempt id. (1) Attempts already finished but "
+    "whose task offsets were not committed yet (offsets commit only up to the first unfinished task of a "
+    "partition) run a second time: their spans land twice under new span ids. (2) The interrupted run's partial "
+    "spans stay in the attempt's span set and the triplet processor builds the trajectory from both runs' spans "
+    "(extra triplets). Nothing is lost; exactly-once is not met"
+)
+
+
+def xfail_on_redelivery_duplicates(result: Audit) -> None:
+    """Nothing may be lost; duplicates of redelivered attempts are the known issue above (reported)."""
+    assert result.succeeded == result.enqueued and result.lost == 0, result.problems[:20]
+    if result.duplicates:
+        pytest.xfail(f"{REDELIVERY_DUPLICATES}: duplicates={result.duplicates}; {result.problems[:4]}")
+
+
+def assert_exactly_once(result: Audit) -> None:
+    assert result.succeeded == result.enqueued, result.problems[:20]
+    assert result.duplicates == 0, result.problems[:20]
+    assert result.lost == 0, result.problems[:20]
+    assert not result.problems, result.problems[:20]
+
+
+# ---------------------------------------------------------------- runner SIGKILL
+
+
+@pytest.mark.parametrize("n", reduced_or_full(16, 200))
+async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
+    async def kill_runner(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
+        # mid-stream: some rollouts done, others running on both runners
+        await until(lambda: count(store, enq, "succeeded") >= 3 and count(store, enq, "running") >= 2, 120,
+                    "rollouts to run", pipe)  # fmt: skip
+        running = count(store, enq, "running")
+        pipe.runners[0].kill()
+        return f"SIGKILLed runner-0 with {running} rollouts running"
+
+    result, pipe = await run_scenario(workdir, "sigkill-runner", n, kill_runner, sleep=0.05)
+    # the kill interrupted attempts that another runner then ran to success
+    from processors.clickhouse import connect
+
+    ch = connect(str(pipe.settings.effective_clickhouse_dsn))  # type: ignore[union-attr]
+    try:
+        retried = ch.scalar(
+            "SELECT count() FROM (SELECT RolloutId FROM attempts FINAL WHERE Kind = 'started' "
+            "GROUP BY RolloutId HAVING uniqExact(WorkerId) > 1)"
+        )
+    finally:
+        ch.close()
+    assert retried >= 1, "no rollout was interrupted by the kill and run again elsewhere"
+    xfail_on_redelivery_duplicates(result)
+    assert_exactly_once(result)
+
+
+# ---------------------------------------------------------------- processors SIGKILL
+
+
+# Both sizes only under `make chaos`: with the known state-machine restart bug the reduced run waits out
+# its whole timeout for stuck rollouts, which is too slow for `make test`.
+@pytest.mark.parametrize("n", [pytest.param(16, id="reduced", marks=pytest.mark.chaos),
+                               pytest.param(200, id="full", marks=pytest.mark.chaos)])  # fmt: skip
+async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
+    async def kill_processors(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
+        await until(lambda: count(store, enq, "succeeded") >= max(3, n // 5), 120, "rollouts to succeed", pipe)
+        done = count(store, enq, "succeeded")
+        pipe.processors.kill()
+        await asyncio.sleep(2.0)
+        pipe.restart_processors()
+        return f"SIGKILLed the processors after {done} succeeded, restarted 2 s later"
+
+    result, _ = await run_scenario(workdir, "sigkill-processors", n, kill_processors, timeout=60 if n < 100 else 180)
+    stuck = {k: v for k, v in result.other.items()}
+    if stuck and result.succeeded + sum(stuck.values()) == result.enqueued and result.duplicates == 0:
+        # Known issue: after a SIGKILL the restarted state machine leaves some rollouts queuing/preparing/running
+        # for good although every attempt's 'finished' event is on agl.attempts (and in ClickHouse): offsets of
+        # input events were committed before the state changes they caused reached the changelog.
+        pytest.xfail(f"state machine lost attempt events across SIGKILL: rollouts stuck {stuck}; {result.problems[:4]}")
+    assert_exactly_once(result)
+
+
+# ---------------------------------------------------------------- broker outage
+
+
+@pytest.mark.parametrize("n", reduced_or_full(16, 200))
+async def test_broker_network_outage(workdir: Path, n: int) -> None:
+    async def outage(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
+        await until(lambda: count(store, enq, "succeeded") >= 3, 120, "rollouts to succeed", pipe)
+        assert pipe.proxy is not None
+        await pipe.proxy.cut()
+        await asyncio.sleep(OUTAGE_S)
+        await pipe.proxy.restore()
+        return f"broker unreachable for {OUTAGE_S:.0f} s"
+
+    result, _ = await run_scenario(workdir, "broker-outage", n, outage, sleep=0.05)
+    # runners lose their group session during the outage, so their tasks are redelivered: the same known issue
+    xfail_on_redelivery_duplicates(result)
+    assert_exactly_once(result)
