@@ -16,7 +16,7 @@ from agl_stream.runner import Hook, LitAgentRunner
 from agl_stream.runner.runner import SHUTDOWN_ERROR
 from agl_stream.types import LLM, AttemptEvent, DeadLetter, PromptTemplate, Span, Worker
 from tests.agl_stream.runner import agents
-from tests.agl_stream.runner.helpers import collect, produce_raw, run_with_timeout
+from tests.agl_stream.runner.helpers import collect, run_with_timeout
 
 pytestmark = pytest.mark.integration
 
@@ -135,10 +135,16 @@ async def test_hooks_modes_and_resources(topics: Settings) -> None:
 
 
 async def test_undecodable_task_goes_to_dead_letters(topics: Settings) -> None:
-    await produce_raw(topics, "tasks", [("bad", b"not an envelope")])
+    from agl_stream.kafka import RecordProducer
+
+    # A bad record at the head of every partition: whichever partition the good task lands on, the
+    # runner reads a bad record before it (a single one could sit on a partition it never reaches).
+    async with RecordProducer(topics) as producer:
+        for partition in range(topics.partitions):
+            await producer.send_and_wait(topics.topic("tasks"), b"not an envelope", key="bad", partition=partition)
     (rid,) = await _enqueue(topics, [{"x": 1}])
     stats = await run_with_timeout(LitAgentRunner(agents.flaky_agent, topics, max_rollouts=1).run())
-    assert stats.rollouts_rejected == 1 and stats.rollouts_succeeded == 1  # type: ignore[attr-defined]
+    assert stats.rollouts_rejected >= 1 and stats.rollouts_succeeded == 1  # type: ignore[attr-defined]
     (letter,) = await collect(topics, "dlq", DeadLetter, lambda d: len(d) >= 1)
     assert letter.payload == b"not an envelope" and letter.source_topic == topics.topic("tasks")
     assert "envelope" in letter.reason or "JSON" in letter.reason
