@@ -40,7 +40,7 @@ def vllm_available() -> tuple[bool, str]:
     try:
         import vllm  # noqa: F401
     except ImportError:
-        return False, "the vllm package is not installed (pip install 'agl-stream[vllm]' on a GPU machine)"
+        return False, "the vllm package is not installed (pip install 'agl-stream[gpu]' on a GPU machine)"
     return True, ""
 
 
