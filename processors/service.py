@@ -66,7 +66,10 @@ def triplets_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp
     return TripletProcessor(
         settings,
         adapter=options.get("adapter") or "tracer",
-        options=TripletProcessorOptions(grace_seconds=options.get("grace_seconds") or defaults.grace_seconds),
+        options=TripletProcessorOptions(
+            grace_seconds=options.get("grace_seconds") or defaults.grace_seconds,
+            orphan_seconds=options.get("orphan_seconds") or defaults.orphan_seconds,
+        ),
     )
 
 

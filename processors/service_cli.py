@@ -17,6 +17,10 @@ def processors(
     list_apps: bool = typer.Option(False, "--list", help="list the registered apps and exit"),
     adapter: str = typer.Option("tracer", help="triplets: adapter spec, e.g. 'tracer:agent_match=write'"),
     grace_seconds: Optional[float] = typer.Option(None, help="triplets: wait this long for missing spans"),
+    orphan_seconds: Optional[float] = typer.Option(
+        None, help="triplets: give up on an attempt that never finishes after this long (keep it above the "
+        "rollouts' unresponsive_seconds; default 900)"
+    ),
     retention_seconds: Optional[float] = typer.Option(None, help="state-machine: keep finished rollouts this long"),
     health_interval: float = typer.Option(10.0, help="seconds between health reports"),
     health_file: Optional[Path] = typer.Option(None, help="also write the health report (JSON) to this file"),
@@ -40,7 +44,12 @@ def processors(
     if not settings.kafka_bootstrap:
         typer.echo("error: set AGL_KAFKA_BOOTSTRAP (or start a local broker with `agl-stream broker`)", err=True)
         raise typer.Exit(2)
-    options = {"adapter": adapter, "grace_seconds": grace_seconds, "retention_seconds": retention_seconds}
+    options = {
+        "adapter": adapter,
+        "grace_seconds": grace_seconds,
+        "orphan_seconds": orphan_seconds,
+        "retention_seconds": retention_seconds,
+    }
 
     async def main(stop: asyncio.Event) -> int:
         service = ProcessorService(

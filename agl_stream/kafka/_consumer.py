@@ -148,6 +148,18 @@ class RecordConsumer:
                 bad.append(Rejected(err, record))
         return good, bad
 
+    def owns(self, record: ConsumerRecord) -> bool:
+        """Whether ``record``'s partition is still assigned to this consumer (a rebalance may have moved it)."""
+        if self.group_id is None:
+            return True
+        return TopicPartition(record.topic, record.partition) in self._consumer.assignment()
+
+    def is_committed(self, record: ConsumerRecord) -> bool:
+        """Whether this consumer committed an offset past ``record`` (it will not be redelivered)."""
+        if self.group_id is None:  # nothing is ever redelivered by a group
+            return True
+        return self.tracker.is_committed(TopicPartition(record.topic, record.partition), record.offset)
+
     def done(self, record: ConsumerRecord) -> None:
         self.tracker.done(TopicPartition(record.topic, record.partition), record.offset)
 

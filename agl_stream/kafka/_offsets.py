@@ -40,6 +40,9 @@ class OffsetTracker:
         """Offsets (next to read) that advanced since the last :meth:`committed` call."""
         return {tp: nxt for tp, nxt in self._next.items() if self._committed.get(tp) != nxt}
 
+    def is_committed(self, partition: Hashable, offset: int) -> bool:
+        return self._committed.get(partition, -1) > offset
+
     def committed(self, offsets: dict[Hashable, int]) -> None:
         self._committed.update(offsets)
 

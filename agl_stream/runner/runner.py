@@ -5,17 +5,30 @@ attempts at once as asyncio tasks (sync agents run in worker threads, off the ev
 each task it
 
 1. resolves the resources (by id, else the latest) from a local view of ``agl.resources``;
-2. reports ``started`` on ``agl.attempts`` and heartbeats (with a system snapshot) while it runs;
-3. runs the hooks and the agent inside the tracer's trace context (spans go to ``agl.spans``);
+2. **claims** the attempt: reports ``started`` on ``agl.attempts`` and commits the task's offset,
+   and waits for both acknowledgements before the agent runs;
+3. heartbeats (with a system snapshot) while it runs, runs the hooks and the agent inside the
+   tracer's trace context (spans go to ``agl.spans``);
 4. turns the return value into spans, records an exception as a span if the agent raised;
 5. waits until the attempt's spans are acknowledged, then reports ``finished`` (succeeded or
-   failed, the error, the span count) and only then marks the task's offset done.
+   failed, the error, the span count).
 
-Offsets are committed up to the first unfinished task, so a runner that dies mid-rollout leaves
-its task uncommitted and the group hands it to another runner. Worker heartbeats go to
-``agl.workers``. On stop it takes no new tasks, lets running attempts finish (up to
-``shutdown_grace`` seconds, after which they are cancelled and reported failed), flushes spans and
-commits.
+Why claim at start rather than commit at the end: an attempt id names one execution. Had the task
+stayed uncommitted until the attempt finished, a runner that died (or lost its partitions in a
+rebalance, or its broker connection for a while) would hand the task to another runner that ran it
+again under the *same* attempt id: the dead run's partial spans would mix into the new run's
+trajectory, and attempts already finished behind an unfinished one (commits are positional) would
+run twice. Once claimed, a task is the state machine's business: an attempt that stops
+heartbeating becomes ``unresponsive`` and is requeued as a *new* attempt when the rollout's
+``RolloutConfig`` allows it (``unresponsive_seconds``, ``retry_condition``, ``max_attempts``), as
+upstream. Until the claim completes the agent has not run, so redelivery is harmless: a task whose
+partition moved to another runner (a rebalance, a lost session) is left to its new owner, and a
+runner that dies mid-claim leaves the task to the group; the only trace is a repeated ``started``
+event, which the state machine ignores.
+
+Worker heartbeats go to ``agl.workers``. On stop it takes no new tasks, lets running attempts
+finish (up to ``shutdown_grace`` seconds, after which they are cancelled and reported failed),
+flushes spans and commits.
 """
 
 from __future__ import annotations
@@ -101,6 +114,7 @@ class LitAgentRunner:
         self._resources: Optional[ResourceCache] = None
         self._running: dict[asyncio.Task[None], AttemptedRollout] = {}
         self._background: list[asyncio.Task[None]] = []
+        self._commit_lock = asyncio.Lock()
         self._worker = Worker(worker_id=self.worker_id, status="idle")
         # One thread per concurrent attempt for sync agents (asyncio's default pool may be smaller).
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agl-agent")
@@ -270,8 +284,15 @@ class LitAgentRunner:
     async def _run_task(self, decoded: Decoded[AttemptedRollout]) -> None:
         rollout = decoded.value
         started = time.monotonic()
+        try:
+            claimed = await self._claim(decoded)
+        except asyncio.CancelledError:  # shutdown before the claim: the task is redelivered, nothing ran
+            self.stats.rollouts_started -= 1
+            raise
+        if not claimed:
+            self.stats.rollouts_started -= 1
+            return
         self._set_busy(rollout)
-        await self._send_event(rollout, "started")
         status, error = "failed", SHUTDOWN_ERROR
         holder: list[AttemptCounters] = []
         try:
@@ -351,15 +372,8 @@ class LitAgentRunner:
         metadata: dict[str, Any] = {"duration_seconds": round(duration, 6), "spans_dropped": dropped}
         if reward is not None:
             metadata["final_reward"] = reward
-        try:
-            await self._send_event(rollout, "finished", status=status, error=error, span_count=span_count,
-                                   metadata=metadata, wait=True)  # fmt: skip
-        except Exception as exc:
-            # Not reported means not done: the offset stays uncommitted and the task is redelivered.
-            logger.error("could not report attempt %s finished (%r); its task will be redelivered",
-                         rollout.attempt.attempt_id, exc)  # fmt: skip
+        if not await self._report_finished(rollout, status, error, span_count, metadata):
             return
-        self._consumer.done(decoded.record)
         self.stats.spans += span_count
         self.stats.spans_dropped += dropped
         if status == "succeeded":
@@ -371,6 +385,73 @@ class LitAgentRunner:
             "rollout %s %s in %.3fs; %d span(s), final reward %s", rollout.rollout_id, status, duration, span_count, reward,
             extra={"rollout_id": rollout.rollout_id, "attempt_id": rollout.attempt.attempt_id, "status": status},
         )  # fmt: skip
+
+    async def _claim(self, decoded: Decoded[AttemptedRollout]) -> bool:
+        """Report ``started`` and commit the task's offset, both acknowledged, before anything runs.
+
+        ``False``: the partition moved to another runner first; the task is its new owner's to run
+        (at most our ``started`` event was written, which the state machine ignores as a repeat).
+        """
+        assert self._consumer is not None
+        rollout, record = decoded.value, decoded.record
+        delay = 0.2
+        while True:
+            if not self._consumer.owns(record):
+                return self._left_to_new_owner(rollout, record.partition)
+            try:
+                await self._send_event(rollout, "started", wait=True)
+                break
+            except Exception as exc:  # the producer already retried; keep trying while the partition is ours
+                logger.warning("could not report attempt %s started (%r); retrying in %.1fs",
+                               rollout.attempt.attempt_id, exc, delay)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self._consumer.done(record)
+        delay = 0.1
+        while not self._consumer.is_committed(record):
+            if not self._consumer.owns(record):
+                return self._left_to_new_owner(rollout, record.partition)
+            try:
+                await self._commit()
+            except Exception as exc:  # a stale group generation fails here, then the rebalance revokes
+                logger.warning("could not commit the claim of %s (%r); retrying", rollout.attempt.attempt_id, exc)
+            if not self._consumer.is_committed(record):  # an earlier task's claim may still be in flight
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return True
+
+    def _left_to_new_owner(self, rollout: AttemptedRollout, partition: int) -> bool:
+        logger.info("task %s: partition %d was reassigned before the attempt was claimed; left to its new owner",
+                    rollout.rollout_id, partition)  # fmt: skip
+        return False
+
+    async def _report_finished(
+        self, rollout: AttemptedRollout, status: str, error: Optional[str], span_count: int, metadata: dict[str, Any]
+    ) -> bool:
+        """Report ``finished``, retrying for up to ``flush_timeout`` seconds (the task is already committed)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.flush_timeout
+        delay = 0.2
+        while True:
+            try:
+                await self._send_event(rollout, "finished", status=status, error=error, span_count=span_count,
+                                       metadata=metadata, wait=True)  # fmt: skip
+                return True
+            except Exception as exc:
+                if loop.time() + delay > deadline:
+                    # The state machine's watchdog closes the attempt (unresponsive) and retries it if configured.
+                    logger.error("could not report attempt %s finished (%r); giving up after %.0fs",
+                                 rollout.attempt.attempt_id, exc, self.flush_timeout)  # fmt: skip
+                    return False
+                logger.warning("could not report attempt %s finished (%r); retrying", rollout.attempt.attempt_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _commit(self) -> None:
+        """Commit done offsets now; concurrent claims share one commit request."""
+        assert self._consumer is not None
+        async with self._commit_lock:
+            await self._consumer.commit()
 
     # ---------------------------------------------------------------- records
 
@@ -444,7 +525,7 @@ class LitAgentRunner:
         while True:
             await asyncio.sleep(self.commit_interval)
             try:
-                await self._consumer.commit()
+                await self._commit()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # uncommitted work is redelivered, never lost

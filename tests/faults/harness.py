@@ -28,6 +28,7 @@ from agl_stream.client import StoreClient
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.execution.process import ServiceProcess
+from agl_stream.types import RolloutConfig
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, TASK_NAME_KEY, make_tasks, plan
 from tests.agl_stream.runner.tcp_proxy import TcpProxy
 
@@ -153,11 +154,12 @@ class Enqueued:
     enqueued_at: dict[str, float] = field(default_factory=dict)  # rollout id -> time.time() at enqueue
 
 
-async def enqueue(store: StoreClient, tasks: list[dict[str, Any]], batch: int = 128, into: Optional[Enqueued] = None) -> Enqueued:
+async def enqueue(store: StoreClient, tasks: list[dict[str, Any]], batch: int = 128, into: Optional[Enqueued] = None,
+                  config: Optional[RolloutConfig] = None) -> Enqueued:  # fmt: skip
     out = into or Enqueued()
     for start in range(0, len(tasks), batch):
         chunk = tasks[start : start + batch]
-        rollouts = await store.enqueue_many_rollouts([{"input": task} for task in chunk])
+        rollouts = await store.enqueue_many_rollouts([{"input": task, "config": config} for task in chunk])
         for task, ro in zip(chunk, rollouts):
             out.tasks[ro.rollout_id] = task
             out.enqueued_at[ro.rollout_id] = ro.start_time

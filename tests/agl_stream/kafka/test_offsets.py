@@ -38,3 +38,17 @@ def test_redelivery_after_seek_is_not_double_tracked() -> None:
     t.delivered("p", 1)
     t.done("p", 1)
     assert t.committable() == {"p": 2} and t.pending_count("p") == 0
+
+
+def test_is_committed_only_past_the_committed_position() -> None:
+    t = OffsetTracker()
+    for off in (3, 4):
+        t.delivered("p0", off)
+    t.done("p0", 4)
+    assert not t.is_committed("p0", 3) and not t.is_committed("p0", 4)
+    t.done("p0", 3)
+    t.committed(t.committable())
+    assert t.is_committed("p0", 3) and t.is_committed("p0", 4)
+    assert not t.is_committed("p0", 5)
+    t.forget(["p0"])
+    assert not t.is_committed("p0", 3), "a revoked partition's commits are no longer this consumer's to trust"
