@@ -75,8 +75,10 @@ def triplets_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp
 
 def sinks_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp:
     from processors.sinks.service import SinkService
+    from processors.sinks.sink import SinkOptions
 
-    service = SinkService(settings)
+    batch_size = options.get("sink_batch_size")
+    service = SinkService(settings, options=SinkOptions(batch_size=batch_size) if batch_size else SinkOptions())
     service.name = "sinks"  # type: ignore[attr-defined]
     return service  # type: ignore[return-value]
 

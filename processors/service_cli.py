@@ -22,6 +22,9 @@ def processors(
         "rollouts' unresponsive_seconds; default 900)"
     ),
     retention_seconds: Optional[float] = typer.Option(None, help="state-machine: keep finished rollouts this long"),
+    sink_batch_size: Optional[int] = typer.Option(
+        None, min=1, help="sinks: records per insert (default 5000); a sink holds at most two batches"
+    ),
     health_interval: float = typer.Option(10.0, help="seconds between health reports"),
     health_file: Optional[Path] = typer.Option(None, help="also write the health report (JSON) to this file"),
     health_port: Optional[int] = typer.Option(None, help="serve GET /health on this port (200 healthy, 503 not)"),
@@ -49,6 +52,7 @@ def processors(
         "grace_seconds": grace_seconds,
         "orphan_seconds": orphan_seconds,
         "retention_seconds": retention_seconds,
+        "sink_batch_size": sink_batch_size,
     }
 
     async def main(stop: asyncio.Event) -> int:

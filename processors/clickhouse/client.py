@@ -4,6 +4,8 @@ Both go through ``clickhouse_connect.get_client`` so every caller uses the same 
 embedded engine (chdb) allows one data directory per process and its client is not documented as
 thread-safe, so :class:`ClickHouse` serializes every call behind a lock; the ``a*`` methods run the
 blocking calls in a worker thread so an event loop running several sinks never blocks on them.
+Every call therefore goes through this one client, which is where the fault-injection failpoint
+(``AGL_CLICKHOUSE_FAILPOINT``, :mod:`processors.clickhouse.failpoint`) sits.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from urllib.parse import unquote, urlparse, urlunparse
 import clickhouse_connect
 import pyarrow as pa
 from clickhouse_connect.driver.client import Client
+
+from processors.clickhouse import failpoint
 
 DEFAULT_DATABASE = "agl"
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -81,7 +85,8 @@ class ClickHouse:
         self.target = target
         self.database = target.database
         self._lock = threading.Lock()
-        self._client: Client = clickhouse_connect.get_client(dsn=target.dsn)
+        # wrap(): the client itself unless AGL_CLICKHOUSE_FAILPOINT is set (fault injection, see failpoint.py)
+        self._client: Client = failpoint.wrap(clickhouse_connect.get_client(dsn=target.dsn))
         self._client.database = self.database  # applied per query; the database may not exist yet
         if create_database:
             try:

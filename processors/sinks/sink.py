@@ -6,6 +6,12 @@ insert the rows and the dead letters, and only then mark the records done and co
 offsets. The next batch is collected while one is written (one write in flight, in order). A failed insert is retried with exponential backoff for as long as it takes; nothing is
 committed meanwhile, so a crash at any point replays the uncommitted records, and the tables'
 ReplacingMergeTree keys collapse the replayed rows.
+
+Backpressure: a sink holds at most two batches (the one being written and the next one), i.e.
+``max_pending`` = 2 x ``batch_size`` records, reported in its health with ``pending``. While it
+waits for a slow or failing insert it does not poll, and aiokafka prefetches at most one fetch
+(``max_partition_fetch_bytes``) per partition, so a slow ClickHouse leaves the backlog in Kafka
+(consumer lag) instead of in this process's memory.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ class SinkStats:
     last_error: Optional[str] = None
     last_record_at: float = field(default_factory=time.monotonic)
     ready: bool = False
-    pending: int = 0
+    pending: int = 0  # records fetched and not yet written
+    max_pending: int = 0  # the bound on ``pending``: two batches (see the module docstring)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -66,6 +73,7 @@ class SinkStats:
             "batches": self.batches,
             "retries": self.retries,
             "pending": self.pending,
+            "max_pending": self.max_pending,
             "ready": self.ready,
             "last_error": self.last_error,
         }
@@ -93,7 +101,7 @@ class Sink:
         self.dlq = DeadLetterWriter(settings, dlq, f"sink-{spec.name}") if dlq is not None else None
         self.options = options
         self.topic = settings.topic(spec.topic)
-        self.stats = SinkStats()
+        self.stats = SinkStats(max_pending=2 * options.batch_size)
 
     @property
     def name(self) -> str:

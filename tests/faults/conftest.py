@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,9 +28,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     """A private data directory outside pytest's basetemp: other sessions' pytest runs on this machine
-    prune old basetemp folders, which must not pull the ClickHouse data out from under a running scenario."""
+    prune old basetemp folders, which must not pull the ClickHouse data out from under a running scenario.
+    ``AGL_FAULTS_KEEP=1`` keeps it (service logs under ``logs/``) for a post-mortem."""
     path = Path(tempfile.mkdtemp(prefix="agl-faults-"))
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("AGL_FAULTS_KEEP", "").lower() in ("1", "true", "yes", "on"):
+            print(f"kept the scenario's data and logs in {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)

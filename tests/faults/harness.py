@@ -294,3 +294,117 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
 
 
 __all__ = ["Pipeline", "Enqueued", "enqueue", "wait_terminal", "audit", "Audit", "make_tasks", "AGENT"]
+
+
+# ---------------------------------------------------------------- appended: ClickHouse failpoint, offsets, RSS
+# (for tests/faults/test_chaos_clickhouse.py; the code above is unchanged)
+
+
+class ProcessorEnvPipeline(Pipeline):
+    """A :class:`Pipeline` whose processors service runs with extra environment variables.
+
+    Why: the ClickHouse failpoint (``AGL_CLICKHOUSE_FAILPOINT``) must be in the environment of the
+    process that owns the embedded chdb. The variables are set in this process's environment only
+    while :meth:`Pipeline.start` spawns the broker, the topics job and the processors (the child
+    keeps them across :meth:`restart_processors`); runners started later and the audit's own
+    ClickHouse client in this process do not see them.
+    """
+
+    def __init__(self, data_dir: Path, *, processor_env: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(data_dir, **kwargs)
+        self.processor_env = dict(processor_env)
+
+    async def start(self) -> "Pipeline":
+        saved = {k: os.environ.get(k) for k in self.processor_env}
+        os.environ.update(self.processor_env)
+        try:
+            return await super().start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def clickhouse_failpoint(path: Path, delay: Optional[float] = None) -> None:
+    """Arm the failpoint file (see :mod:`processors.clickhouse.failpoint`): an outage, or ``delay`` s per call.
+    Written atomically so the processors never read a half-written file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("" if delay is None else f"{delay}")
+    os.replace(tmp, path)
+
+
+def clear_clickhouse_failpoint(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+class KafkaOffsets:
+    """End offsets of a topic and a consumer group's committed offsets, summed over partitions.
+
+    Read from the broker without joining the group (an admin client and a group-less consumer), so
+    measuring a sink's lag does not disturb it."""
+
+    def __init__(self, settings: Settings) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        from agl_stream.kafka import connection_options
+
+        self.settings = settings
+        self._admin = AIOKafkaAdminClient(**connection_options(settings))
+        self._consumer = AIOKafkaConsumer(**connection_options(settings), enable_auto_commit=False)
+
+    async def __aenter__(self) -> "KafkaOffsets":
+        await self._admin.start()
+        await self._consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+        await self._admin.close()
+
+    def _partitions(self, topic: str) -> list[Any]:
+        from aiokafka import TopicPartition
+
+        name = self.settings.topic(topic)
+        return [TopicPartition(name, p) for p in sorted(self._consumer.partitions_for_topic(name) or ())]
+
+    async def end(self, topic: str) -> int:
+        """Records ever produced to the catalog topic ``topic`` (sum of its partitions' end offsets)."""
+        tps = self._partitions(topic)
+        if not tps:
+            await self._consumer._client.force_metadata_update()  # noqa: SLF001 - a fresh client may lack metadata
+            tps = self._partitions(topic)
+        ends = await self._consumer.end_offsets(tps)
+        return sum(ends.values())
+
+    async def committed(self, group: str, topic: str) -> int:
+        """Sum of ``group``'s committed offsets on ``topic`` (0 for a partition without a commit)."""
+        offsets = await self._admin.list_consumer_group_offsets(group)
+        name = self.settings.topic(topic)
+        return sum(max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == name)
+
+    async def lag(self, group: str, topic: str) -> int:
+        return await self.end(topic) - await self.committed(group, topic)
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident memory in bytes of ``pid`` and its descendants (0 once it is gone)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+__all__ += ["ProcessorEnvPipeline", "clickhouse_failpoint", "clear_clickhouse_failpoint", "KafkaOffsets", "process_tree_rss"]
