@@ -31,6 +31,7 @@ class SpanOutcome(enum.Enum):
     BUFFERED = "buffered"
     DUPLICATE = "duplicate"  # same span id already buffered (at-least-once redelivery)
     LATE = "late"  # the attempt was already adapted
+    REPLAYED = "replayed"  # redelivered after a restart; its attempt was adapted before the restart
 
 
 @dataclass
@@ -83,6 +84,7 @@ class AttemptBuffer:
         self.max_remembered = max_remembered
         self.pending: dict[AttemptKey, PendingAttempt] = {}
         self._adapted: OrderedDict[AttemptKey, float] = OrderedDict()  # key -> when, oldest first
+        self._restored: OrderedDict[AttemptKey, float] = OrderedDict()  # adapted before a restart
 
     # ------------------------------------------------------------------ input
 
@@ -94,9 +96,20 @@ class AttemptBuffer:
         return item
 
     def was_adapted(self, rollout_id: str, attempt_id: str) -> bool:
-        return (rollout_id, attempt_id) in self._adapted
+        return (rollout_id, attempt_id) in self._adapted or (rollout_id, attempt_id) in self._restored
+
+    def restore_adapted(self, rollout_id: str, attempt_id: str, now: float) -> None:
+        """An attempt adapted before a restart (its ``finished`` event is committed): its spans may be redelivered."""
+        key = (rollout_id, attempt_id)
+        self._restored[key] = now
+        self._restored.move_to_end(key)
+        horizon = now - self.late_window_seconds
+        while self._restored and (next(iter(self._restored.values())) < horizon or len(self._restored) > self.max_remembered):
+            self._restored.popitem(last=False)
 
     def add_span(self, span: Span, token: Any, partition: Optional[int], now: float) -> SpanOutcome:
+        if (span.rollout_id, span.attempt_id) in self._restored:
+            return SpanOutcome.REPLAYED
         if self.was_adapted(span.rollout_id, span.attempt_id):
             return SpanOutcome.LATE
         item = self._get(span.rollout_id, span.attempt_id, partition, now)

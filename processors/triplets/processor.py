@@ -4,9 +4,23 @@ Why a plain consumer loop and not a faust agent: a span must stay uncommitted un
 built from it is acknowledged by the broker, which can be seconds to minutes after the span was
 read (the attempt is still running). faust acknowledges an event once the agent moves past it;
 :class:`~agl_stream.kafka.RecordConsumer` instead commits each partition only up to its first record
-not yet marked done, which is exactly at-least-once here: a crash replays every span of every
-attempt whose trajectory was not acknowledged, and the adapter is deterministic, so the replayed
-trajectory is the same (sinks dedupe by rollout_id + attempt_id).
+not yet marked done, which is at-least-once here: a crash replays every span of every attempt whose
+trajectory was not acknowledged, and the adapter is deterministic, so the replayed trajectory is the
+same (sinks dedupe by rollout_id + attempt_id).
+
+Attempts interleave on a partition, so positional commits alone would let a crash replay *part* of
+an attempt. Two rules make a restart replay each attempt whole or not at all:
+
+* an attempt's span records are marked done only once its ``finished`` record is *committed* (the
+  ``finished`` record itself is done when the trajectory is acknowledged). So a committed span
+  implies a committed ``finished``: if ``finished`` replays, every span of the attempt replays too,
+  and the attempt is adapted again from all of them;
+* when ``finished`` is committed but some spans are not (they sit behind another attempt's span),
+  those spans replay without their ``finished``. On every partition assignment the processor
+  therefore reads the committed ``finished`` events that may belong to replayed spans (the
+  ``agl.attempts`` partition from the replayed spans' timestamp minus a clock-skew margin, up to the
+  committed offset) and settles their replayed spans silently (``replayed_spans``), instead of
+  buffering them as an attempt that never finishes.
 
 Both topics are keyed by rollout_id with the same partition count, so one consumer (one group
 member) sees all spans and events of the attempts it owns.
@@ -43,6 +57,7 @@ class TripletProcessorOptions:
     grace_seconds: float = 30.0
     orphan_seconds: float = 900.0
     late_window_seconds: float = 3600.0
+    restore_skew_seconds: float = 300.0  # producers' clock skew tolerated by the restore scan
     poll_timeout: float = 0.2
     max_poll_records: int = 2000
     commit_interval: float = 1.0
@@ -79,6 +94,9 @@ class TripletProcessor:
         self._consumer: Optional[RecordConsumer] = None
         self._fatal: Optional[BaseException] = None
         self._in_flight = 0
+        self._owned: set[int] = set()
+        # (finished records, span records) of acknowledged trajectories whose finished is not committed yet
+        self._deferred: list[tuple[list[ConsumerRecord], list[ConsumerRecord]]] = []
         self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
 
     # ------------------------------------------------------------------ lifecycle
@@ -108,7 +126,7 @@ class TripletProcessor:
                 records = await consumer.getmany(timeout=self.options.poll_timeout)
                 if consumer.raw.assignment():
                     self.ready.set()
-                self._forget_revoked(consumer)
+                await self._on_assignment(consumer)
                 now = time.monotonic()
                 if records and self.first_record_at is None:
                     self.first_record_at = now
@@ -123,6 +141,7 @@ class TripletProcessor:
                     raise RuntimeError(message) from self._fatal
                 if time.monotonic() - last_commit >= self.options.commit_interval:
                     await consumer.commit()
+                    self._release_deferred(consumer)
                     last_commit = time.monotonic()
         finally:
             try:
@@ -143,7 +162,8 @@ class TripletProcessor:
 
     # ------------------------------------------------------------------ input
 
-    def _forget_revoked(self, consumer: RecordConsumer) -> None:
+    async def _on_assignment(self, consumer: RecordConsumer) -> None:
+        """After a rebalance: drop what moved away, learn which attempts were adapted before (see module doc)."""
         if not consumer.assignment_changed.is_set():
             return
         consumer.assignment_changed.clear()
@@ -151,6 +171,60 @@ class TripletProcessor:
         dropped = self.buffer.drop_partitions(owned)
         if dropped:
             logger.info("triplets: %d buffered attempts moved to another group member", len(dropped))
+        self._deferred = [entry for entry in self._deferred if all(consumer.owns(r) for r in entry[0])]
+        gained, self._owned = sorted(owned - self._owned), owned
+        if gained:
+            restored = await self._restore_adapted(consumer, gained)
+            self.counts["restored_adapted"] += restored
+            if restored:
+                logger.info("triplets: %d attempts adapted before a restart may have spans replayed", restored)
+
+    async def _restore_adapted(self, consumer: RecordConsumer, partitions: list[int]) -> int:
+        """Mark attempts whose ``finished`` is committed but whose spans may be redelivered as adapted."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        from agl_stream.kafka import connection_options, start_with_retry
+
+        reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False)
+        await start_with_retry(reader, "triplets restore reader", 30.0)
+        restored, now = 0, time.monotonic()
+        try:
+            for partition in partitions:
+                spans_tp = TopicPartition(self.spans_topic, partition)
+                attempts_tp = TopicPartition(self.attempts_topic, partition)
+                committed_attempts = await consumer.raw.committed(attempts_tp)
+                if not committed_attempts:
+                    continue  # no committed finished event: everything replays whole
+                replay_from = await consumer.raw.committed(spans_tp) or 0
+                first_replayed = await _first_record(reader, spans_tp, replay_from)
+                if first_replayed is None:
+                    continue  # no span replays
+                since = max(0, first_replayed.timestamp - int(self.options.restore_skew_seconds * 1000))
+                found = await reader.offsets_for_times({attempts_tp: since})
+                start = found[attempts_tp].offset if found.get(attempts_tp) is not None else committed_attempts
+                for record in await _read_range(reader, attempts_tp, start, committed_attempts):
+                    if dict(record.headers or ()).get(CONTROL_HEADER) is not None:
+                        continue
+                    try:
+                        event = decode(record.value, AttemptEvent)
+                    except RecordError:
+                        continue  # dead-lettered when it was first consumed
+                    if event.kind == "finished":
+                        self.buffer.restore_adapted(event.rollout_id, event.attempt_id, now)
+                        restored += 1
+        finally:
+            await reader.stop()
+        return restored
+
+    def _release_deferred(self, consumer: RecordConsumer) -> None:
+        """Spans of attempts whose ``finished`` record is now committed become committable."""
+        keep: list[tuple[list[ConsumerRecord], list[ConsumerRecord]]] = []
+        for finished_records, span_records in self._deferred:
+            if all(consumer.is_committed(r) for r in finished_records):
+                consumer.done_many(span_records)
+            elif all(consumer.owns(r) for r in finished_records):
+                keep.append((finished_records, span_records))
+        self._deferred = keep
 
     async def _ingest(self, record: ConsumerRecord, now: float) -> None:
         assert self._consumer is not None and self._dlq is not None
@@ -188,7 +262,10 @@ class TripletProcessor:
             await self._dead_letter(err.reason, [record], record=record, kind="invalid_record")
             return
         outcome = self.buffer.add_span(span, record, record.partition, now)
-        if outcome is SpanOutcome.LATE:
+        if outcome is SpanOutcome.REPLAYED:
+            self.counts["replayed_spans"] += 1
+            self._consumer.done(record)
+        elif outcome is SpanOutcome.LATE:
             self.counts["late_spans"] += 1
             reason = f"late span: attempt {span.attempt_id} of rollout {span.rollout_id} was already adapted"
             await self._dead_letter(reason, [record], record=record, kind="late_span", error_type="LateSpan")
@@ -254,7 +331,9 @@ class TripletProcessor:
                 error_type=type(exc).__name__,
             )
             return
-        self._settle(future, item.tokens, "trajectories")
+        finished = [t for t in item.tokens if t.topic == self.attempts_topic]
+        spans = [t for t in item.tokens if t.topic != self.attempts_topic]
+        self._settle(future, finished, "trajectories", then_defer=spans)
 
     async def _abandon(self, item: PendingAttempt) -> None:
         """Dead-letter the spans of an attempt that never reported 'finished' (each with its bytes)."""
@@ -279,8 +358,13 @@ class TripletProcessor:
         future = await self._dlq.send(reason, record=record, kind=kind, error_type=error_type)
         self._settle(future, tokens, "dead_letters_acked")
 
-    def _settle(self, future: "asyncio.Future[Any]", tokens: list[Any], counter: str) -> None:
-        """Mark the source records done when the output is acknowledged; a failed delivery is fatal."""
+    def _settle(
+        self, future: "asyncio.Future[Any]", tokens: list[Any], counter: str, then_defer: Sequence[Any] = ()
+    ) -> None:
+        """Mark the source records done when the output is acknowledged; a failed delivery is fatal.
+
+        ``then_defer``: records that become done only once ``tokens`` are committed (an attempt's spans).
+        """
         self._in_flight += 1
 
         def on_done(fut: "asyncio.Future[Any]") -> None:
@@ -293,5 +377,39 @@ class TripletProcessor:
             self.counts[counter] += 1
             if self._consumer is not None:
                 self._consumer.done_many(tokens)
+                if then_defer:
+                    self._deferred.append((list(tokens), list(then_defer)))
 
         future.add_done_callback(on_done)
+
+
+async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 30.0) -> Optional[ConsumerRecord]:
+    """The record at ``offset`` of ``tp`` (or the next one), ``None`` at the end of the partition.
+
+    The end is the fetch responses' high watermark (Tansu's ListOffsets end offsets can be too low).
+    """
+    reader.assign([tp])
+    reader.seek(tp, offset)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = await reader.getmany(tp, timeout_ms=300, max_records=1)
+        if batch.get(tp):
+            return batch[tp][0]
+        highwater = reader.highwater(tp)
+        if highwater is not None and await reader.position(tp) >= highwater:
+            return None
+    raise TimeoutError(f"could not read {tp.topic}[{tp.partition}] at offset {offset} within {timeout:.0f}s")
+
+
+async def _read_range(reader: Any, tp: Any, start: int, stop: int, timeout: float = 120.0) -> list[ConsumerRecord]:
+    """Records of ``tp`` with ``start <= offset < stop`` (``stop`` is a committed offset, so they exist)."""
+    reader.assign([tp])
+    reader.seek(tp, start)
+    out: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    while await reader.position(tp) < stop:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not read {tp.topic}[{tp.partition}] {start}..{stop} within {timeout:.0f}s")
+        batch = await reader.getmany(tp, timeout_ms=300, max_records=5000)
+        out.extend(r for r in batch.get(tp, []) if r.offset < stop)
+    return out

@@ -189,6 +189,40 @@ async def test_uncommitted_spans_are_read_again_after_a_restart(topics: Settings
     assert trajectory.span_count == len(spans) and "incomplete" not in trajectory.metadata
 
 
+async def test_a_restart_replays_each_attempt_whole_or_not_at_all(topics: Settings) -> None:
+    """Attempts interleave on a partition: A finishes while C (same partition) is still running, so the
+    committed position stops at C's first span and A's spans behind it are redelivered after a restart
+    without A's (committed) finished event. They must be recognised, not buffered as an attempt that
+    never finishes; C's trajectory is then built from all of its spans, and A is not adapted twice."""
+    rid, aid_a, aid_c = "ro-aaaaaaaaaaa9", "at-aaaaaaaa", "at-cccccccc"
+    spans_a, spans_c = golden_spans(rid, aid_a), golden_spans(rid, aid_c)
+    _, finished_a = events(rid, aid_a, len(spans_a))
+    _, finished_c = events(rid, aid_c, len(spans_c))
+    async with RecordProducer(topics) as producer:
+        first = TripletProcessor(topics, options=FAST)
+        async with running(first):
+            await producer.send_and_wait(topics.topic("spans"), spans_c[0], key=rid)
+            for span in spans_a:
+                await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+            await producer.send_and_wait(topics.topic("attempts"), finished_a, key=rid)
+            (trajectory_a,) = await read(topics, "triplets", Trajectory, 1)
+            await asyncio.sleep(3 * FAST.commit_interval)  # A's finished event gets committed
+        second = TripletProcessor(topics, options=FAST)
+        async with running(second):
+            for span in spans_c[1:]:
+                await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+            await producer.send_and_wait(topics.topic("attempts"), finished_c, key=rid)
+            trajectories = await read(topics, "triplets", Trajectory, 2)
+            health = second.health()
+    assert health["pending_attempts"] == 0, "A's replayed spans were buffered as an attempt that never finishes"
+    assert trajectory_a.attempt_id == aid_a
+    assert sorted(t.attempt_id for t in trajectories) == [aid_a, aid_c], "A was adapted again, or C not at all"
+    (trajectory_c,) = [t for t in trajectories if t.attempt_id == aid_c]
+    assert trajectory_c.span_count == len(spans_c) and "incomplete" not in trajectory_c.metadata
+    assert health["replayed_spans"] == len(spans_a) and health["restored_adapted"] >= 1
+    assert health.get("late_spans", 0) == 0
+
+
 class BrokenForOneRollout(TracerTraceToTriplet):
     def adapt(self, source):  # type: ignore[no-untyped-def]
         if source and source[0].rollout_id.endswith("bad"):
