@@ -15,16 +15,9 @@ the broker off the network for 10 s instead (every client loses every connection
 process and its data survive), which is what clients see of a Kafka broker restart with
 persistent logs. See docs/operations.md, section 9.
 
-Not covered here (yet): the learner SIGKILLed mid-step and resumed from its checkpoint (the
-checkpoint/resume machinery is exercised by ``tests/trainer/test_learner.py``, not under a kill);
-ClickHouse unavailable for 10 s (chdb is embedded in the processors process, so there is no server
-to stop; the sinks' retry loop needs an in-process outage such as a ``RENAME TABLE`` from the
-sinks' own client); the slow-consumer scenario at pipeline level (producer-level backpressure -
-``send()`` blocks at ``max_in_flight`` with the broker gone - is covered by
-``tests/agl_stream/kafka/test_clients.py::test_producer_backpressure_bounds_in_flight_records``).
-
-Known issues these scenarios expose are turned into ``xfail`` with the reason, only when exactly
-that symptom shows (everything else, in particular any lost record, still fails the test).
+The other scenarios live next to this file: the learner SIGKILLed mid-step and resumed from its
+checkpoint (``test_chaos_learner.py``), ClickHouse unavailable and ClickHouse slow enough to back
+the pipeline up (``test_chaos_clickhouse.py``).
 """
 
 from __future__ import annotations
@@ -143,10 +136,7 @@ async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
 # ---------------------------------------------------------------- processors SIGKILL
 
 
-# Both sizes only under `make chaos`: with the known state-machine restart bug the reduced run waits out
-# its whole timeout for stuck rollouts, which is too slow for `make test`.
-@pytest.mark.parametrize("n", [pytest.param(16, id="reduced", marks=pytest.mark.chaos),
-                               pytest.param(200, id="full", marks=pytest.mark.chaos)])  # fmt: skip
+@pytest.mark.parametrize("n", reduced_or_full(16, 200))
 async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
     async def kill_processors(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
         await until(lambda: count(store, enq, "succeeded") >= max(3, n // 5), 120, "rollouts to succeed", pipe)
@@ -156,13 +146,7 @@ async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
         pipe.restart_processors()
         return f"SIGKILLed the processors after {done} succeeded, restarted 2 s later"
 
-    result, _ = await run_scenario(workdir, "sigkill-processors", n, kill_processors, timeout=60 if n < 100 else 180)
-    stuck = {k: v for k, v in result.other.items()}
-    if stuck and result.succeeded + sum(stuck.values()) == result.enqueued and result.duplicates == 0:
-        # Known issue: after a SIGKILL the restarted state machine leaves some rollouts queuing/preparing/running
-        # for good although every attempt's 'finished' event is on agl.attempts (and in ClickHouse): offsets of
-        # input events were committed before the state changes they caused reached the changelog.
-        pytest.xfail(f"state machine lost attempt events across SIGKILL: rollouts stuck {stuck}; {result.problems[:4]}")
+    result, _ = await run_scenario(workdir, "sigkill-processors", n, kill_processors, timeout=120 if n < 100 else 240)
     assert_exactly_once(result)
 
 
