@@ -41,7 +41,7 @@ scaling: setup
 	$(BIN)/python tests/benchmarks/bench_scaling.py
 
 chaos: setup
-	$(BIN)/python -m pytest tests/faults -m chaos $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/faults -m chaos -rs $(PYTEST_ARGS)
 
 constraints: setup
 	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -23,6 +23,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("chaos") is not None:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Every scenario's ``enqueued, succeeded, failed, spans, triplets, duplicates, lost`` line, together."""
+    from tests.faults.report import LINES
+
+    if LINES:
+        terminalreporter.section("fault-injection scenarios")
+        for line in LINES:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ import pytest
 from agl_stream.client import StoreClient
 from agl_stream.types import RolloutConfig
 from tests.faults.harness import Audit, Enqueued, Pipeline, audit, enqueue, make_tasks
+from tests.faults.report import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -85,7 +86,7 @@ async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runne
         result = audit(pipe.settings.effective_clickhouse_dsn, enq)
     finally:
         await pipe.stop()
-    print(result.line(name) + (f" [{note}]" if note else ""))
+    report(result.line(name) + (f" [{note}]" if note else ""))
     return result, pipe
 
 
