@@ -342,48 +342,56 @@ def clear_clickhouse_failpoint(path: Path) -> None:
 class KafkaOffsets:
     """End offsets of a topic and a consumer group's committed offsets, summed over partitions.
 
-    Read from the broker without joining the group (an admin client and a group-less consumer), so
-    measuring a sink's lag does not disturb it."""
+    Read without joining the group: a consumer with the group's id that never subscribes only
+    sends OffsetFetch (Tansu cannot answer the admin client's version of it), so measuring a
+    sink's lag does not disturb the sink."""
 
     def __init__(self, settings: Settings) -> None:
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        from agl_stream.kafka import connection_options
-
         self.settings = settings
-        self._admin = AIOKafkaAdminClient(**connection_options(settings))
-        self._consumer = AIOKafkaConsumer(**connection_options(settings), enable_auto_commit=False)
+        self._consumers: dict[Optional[str], Any] = {}
+        self._partitions_of: dict[str, list[Any]] = {}
+
+    async def _consumer(self, group: Optional[str]) -> Any:
+        if group not in self._consumers:
+            from aiokafka import AIOKafkaConsumer
+
+            from agl_stream.kafka import connection_options
+
+            consumer = AIOKafkaConsumer(**connection_options(self.settings), group_id=group, enable_auto_commit=False)
+            await consumer.start()
+            self._consumers[group] = consumer
+        return self._consumers[group]
 
     async def __aenter__(self) -> "KafkaOffsets":
-        await self._admin.start()
-        await self._consumer.start()
+        await self._consumer(None)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._consumer.stop()
-        await self._admin.close()
+        for consumer in self._consumers.values():
+            await consumer.stop()
+        self._consumers.clear()
 
-    def _partitions(self, topic: str) -> list[Any]:
+    async def _partitions(self, topic: str) -> list[Any]:
         from aiokafka import TopicPartition
 
         name = self.settings.topic(topic)
-        return [TopicPartition(name, p) for p in sorted(self._consumer.partitions_for_topic(name) or ())]
+        if name not in self._partitions_of:
+            consumer = await self._consumer(None)
+            cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - no subscription, so no metadata yet
+            partitions = sorted(cluster.partitions_for_topic(name) or ())
+            self._partitions_of[name] = [TopicPartition(name, p) for p in partitions]
+        return self._partitions_of[name]
 
     async def end(self, topic: str) -> int:
         """Records ever produced to the catalog topic ``topic`` (sum of its partitions' end offsets)."""
-        tps = self._partitions(topic)
-        if not tps:
-            await self._consumer._client.force_metadata_update()  # noqa: SLF001 - a fresh client may lack metadata
-            tps = self._partitions(topic)
-        ends = await self._consumer.end_offsets(tps)
-        return sum(ends.values())
+        consumer = await self._consumer(None)
+        ends = await consumer.end_offsets(await self._partitions(topic))
+        return int(sum(ends.values()))
 
     async def committed(self, group: str, topic: str) -> int:
         """Sum of ``group``'s committed offsets on ``topic`` (0 for a partition without a commit)."""
-        offsets = await self._admin.list_consumer_group_offsets(group)
-        name = self.settings.topic(topic)
-        return sum(max(0, meta.offset) for tp, meta in offsets.items() if tp.topic == name)
+        consumer = await self._consumer(group)
+        return sum([(await consumer.committed(tp)) or 0 for tp in await self._partitions(topic)])
 
     async def lag(self, group: str, topic: str) -> int:
         return await self.end(topic) - await self.committed(group, topic)
@@ -407,4 +415,5 @@ def process_tree_rss(pid: int) -> int:
     return total
 
 
-__all__ += ["ProcessorEnvPipeline", "clickhouse_failpoint", "clear_clickhouse_failpoint", "KafkaOffsets", "process_tree_rss"]
+__all__ += ["ProcessorEnvPipeline", "clickhouse_failpoint", "clear_clickhouse_failpoint", "KafkaOffsets",
+            "process_tree_rss"]

@@ -81,8 +81,10 @@ async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runne
             if len(done) != n:
                 note = f"{note}; {n - len(done)} rollouts not terminal after {timeout:.0f} s"
         await pipe.wait_drained()
-        pipe.stop_runners()
-        pipe.stop_processors()
+        # off the event loop: it also runs the TCP proxy every client connects through
+        await asyncio.to_thread(pipe.stop_runners)
+        await asyncio.to_thread(pipe.stop_processors)
+        assert pipe.processors.returncode == 0, f"the processors did not stop cleanly:\n{pipe.processors.tail()[-3000:]}"
         result = audit(pipe.settings.effective_clickhouse_dsn, enq)
     finally:
         await pipe.stop()
