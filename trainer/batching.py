@@ -14,7 +14,8 @@ importance sampling. A group left with fewer than ``min_group_size`` trajectorie
 :class:`TripletBatcher` feeds the assembler from a :class:`RecordConsumer` in group ``agl-learner``.
 Records of dropped or skipped trajectories are marked done at once; records of a handed-out batch
 are marked done by the learner after the optimizer step (and committed after a checkpoint), so a
-crash replays them.
+crash replays them. Records that a resumed checkpoint lists as already done (trained or dropped
+before it, but past its positions) are marked done without being filed again.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class BatcherStats:
     failed_rollouts: int = 0
     skipped_mode: int = 0
     rejected_records: int = 0
+    already_done: int = 0  # replayed records the resumed checkpoint had already trained or dropped
     stale_triplets: int = 0
     stale_trajectories: int = 0
     dropped_groups: int = 0
@@ -230,12 +232,15 @@ class _Filtered:
 class TripletBatcher:
     """Feeds a :class:`GroupAssembler` from ``agl.triplets`` (consumer group ``agl-learner``)."""
 
-    def __init__(self, consumer: Any, config: BatcherConfig, *, dlq: Any = None, dlq_topic: Optional[str] = None) -> None:
+    def __init__(self, consumer: Any, config: BatcherConfig, *, dlq: Any = None, dlq_topic: Optional[str] = None,
+                 already_done: Optional[dict[str, list[int]]] = None) -> None:  # fmt: skip
         self.consumer = consumer  # an agl_stream.kafka.RecordConsumer
         self.config = config
         self.assembler = GroupAssembler(config)
         self.dlq = dlq  # optional RecordProducer for undecodable records
         self.dlq_topic = dlq_topic
+        # "topic:partition" -> offsets past the resumed checkpoint's positions that it already trained or dropped
+        self.already_done: dict[str, set[int]] = {k: set(v) for k, v in (already_done or {}).items()}
 
     @property
     def stats(self) -> BatcherStats:
@@ -245,11 +250,16 @@ class TripletBatcher:
         """Fetch and file whatever arrived; returns the number of trajectories added."""
         good, bad = await self.consumer.get_decoded(Trajectory, timeout=timeout)
         for rejected in bad:
-            self.assembler.stats.rejected_records += 1
-            await self._dead_letter(rejected)
+            if not self._was_done(rejected.record):
+                self.assembler.stats.rejected_records += 1
+                await self._dead_letter(rejected)
             self.consumer.done(rejected.record)
         for item in good:
-            self.assembler.add(item.value, item.record)
+            if self._was_done(item.record):
+                self.assembler.stats.already_done += 1
+                self.consumer.done(item.record)
+            else:
+                self.assembler.add(item.value, item.record)
         for record in self.assembler.take_done():
             if record is not None:
                 self.consumer.done(record)
@@ -273,6 +283,21 @@ class TripletBatcher:
     def done(self, batch: Batch) -> None:
         """The batch's effect is applied: its records may be committed."""
         self.consumer.done_many(batch.records)
+
+    def done_past(self, tp: Any, position: int) -> list[int]:
+        """Offsets of ``tp`` at or after ``position`` (a checkpoint's position) whose records are already done.
+
+        A checkpoint saves them with its positions: a position is the first unfinished record (a
+        group still assembling), and these records must not train again after a resume.
+        """
+        key = f"{tp.topic}:{tp.partition}"
+        inherited = {o for o in self.already_done.pop(key, ()) if o >= position}
+        if inherited:
+            self.already_done[key] = inherited
+        return sorted(inherited.union(o for o in self.consumer.tracker.done_ahead(tp) if o >= position))
+
+    def _was_done(self, record: Any) -> bool:
+        return record.offset in self.already_done.get(f"{record.topic}:{record.partition}", ())
 
     async def _dead_letter(self, rejected: Any) -> None:
         logger.warning("undecodable agl.triplets record at %s:%s: %s", rejected.record.partition, rejected.record.offset, rejected.error.reason)

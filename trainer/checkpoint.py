@@ -4,14 +4,19 @@ Layout of ``<root>/step-<N>/``::
 
     model.safetensors        the policy weights (``save_pretrained``-compatible names)
     optimizer.safetensors    AdamW state tensors, flattened as ``state.<param index>.<name>``
-    trainer_state.json       step, policy version, consumer offsets, optimizer param groups,
-                             LR scheduler state, scheduler progress, anything extra
+    trainer_state.json       step, policy version, consumer offsets (and the records past them
+                             that were already trained), optimizer param groups, LR scheduler
+                             state, scheduler progress, anything extra
 
 A checkpoint is written to a temporary folder and renamed into place, then ``<root>/latest`` is
 rewritten (atomically) to name it, so a crash mid-write never leaves a half checkpoint as the
-latest. Consumer offsets are the ``agl-learner`` group's committed positions at the time of the
-checkpoint; on resume the learner seeks there, so the batches after the checkpoint are replayed
-onto the checkpoint's weights (at-least-once, consistent with the weights).
+latest. Consumer offsets are the ``agl-learner`` group's positions at the time of the checkpoint:
+per partition, the first record not done yet (the learner commits up to there just before). On
+resume the learner seeks there, so the batches after the checkpoint are replayed onto the
+checkpoint's weights (at-least-once, consistent with the weights). Records past that position can
+be done already (groups interleave on the topic, and one can complete and train before a group
+with an earlier record): their offsets are saved too (``done_offsets``) and the resumed learner
+skips them instead of training them a second time.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class TrainerState:
     policy_version: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset to read
     extra: dict[str, Any] = field(default_factory=dict)
+    done_offsets: dict[str, list[int]] = field(default_factory=dict)  # "topic:partition" -> done offsets past it
 
 
 def offsets_to_json(offsets: dict[Any, int]) -> dict[str, int]:
@@ -103,6 +109,7 @@ class CheckpointManager:
             "step": state.step,
             "policy_version": state.policy_version,
             "offsets": state.offsets,
+            "done_offsets": state.done_offsets,
             "extra": state.extra,
             "optimizer": optim_meta,
             "lr_scheduler": policy.scheduler.state_dict(),
@@ -135,6 +142,7 @@ class CheckpointManager:
             step=int(doc["step"]),
             policy_version=int(doc["policy_version"]),
             offsets={k: int(v) for k, v in doc.get("offsets", {}).items()},
+            done_offsets={k: [int(o) for o in v] for k, v in doc.get("done_offsets", {}).items()},
             extra=doc.get("extra", {}),
         )
 

@@ -27,6 +27,7 @@ class EngineConfig(BaseModel):
 class MetricsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     clickhouse: bool = Field(default=True, description="write training_steps rows to AGL_CLICKHOUSE_DSN")
+    jsonl: Optional[Path] = Field(default=None, description="also append one JSON line per step to this file")
     tensorboard_dir: Optional[str] = None
     wandb_project: Optional[str] = None
     progress: Optional[bool] = None

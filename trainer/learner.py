@@ -2,9 +2,10 @@
 
 Policy versions count learner steps: version ``v`` is the weights after ``v`` steps (0 = initial).
 After a step the batch's records are marked done; they are committed to the ``agl-learner``
-group when a checkpoint is written (commit first, then the checkpoint records those positions),
-so after a crash the learner resumes at the checkpoint's version and replays exactly the
-records trained after it. Without checkpoints the group is committed after every step.
+group when a checkpoint is written (commit first, then the checkpoint records those positions,
+and the offsets of records already done past them), so after a crash the learner resumes at the
+checkpoint's version and replays exactly the records trained after it. Without checkpoints the
+group is committed after every step.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class Learner:
         self.dlq_producer = dlq_producer  # undecodable agl.triplets records go to agl.dlq when set
         self.step = 0
         self.policy_version = 0
-        self.offsets: dict[str, int] = {}  # committed positions, "topic:partition" -> offset
+        self.offsets: dict[str, int] = {}  # checkpointed positions, "topic:partition" -> offset
+        self.done_offsets: dict[str, list[int]] = {}  # records already done past those positions
         self.extra_state: dict[str, Any] = {}
         self.consumer: Any = None
         self.batcher: Optional[TripletBatcher] = None
@@ -83,6 +85,7 @@ class Learner:
             if state is not None:
                 self.step, self.policy_version = state.step, state.policy_version
                 self.offsets = dict(state.offsets)
+                self.done_offsets = dict(state.done_offsets)
                 self.extra_state = dict(state.extra)
                 logger.info("resumed at step %d, policy version %d", self.step, self.policy_version)
         self.consumer = RecordConsumer(self.settings, [self.settings.topic("triplets")], self.group_id)
@@ -93,7 +96,8 @@ class Learner:
                 if tp in self.consumer.raw.assignment():
                     self.consumer.raw.seek(tp, offset)
         self.batcher = TripletBatcher(
-            self.consumer, self.batcher_config, dlq=self.dlq_producer, dlq_topic=self.settings.topic("dlq")
+            self.consumer, self.batcher_config, dlq=self.dlq_producer, dlq_topic=self.settings.topic("dlq"),
+            already_done=self.done_offsets,
         )
         return state
 
@@ -155,14 +159,21 @@ class Learner:
         return await self.publisher.publish(self.policy_version, weights)
 
     async def checkpoint(self) -> Any:
-        """Commit what is done, then write model + optimizer + positions + version."""
-        assert self.checkpoints is not None
+        """Commit what is done, then write model + optimizer + positions (+ what is done past them) + version.
+
+        A partition's position is its first record not done yet (what the commit covers, or the start
+        of what was read when nothing is committable yet); partitions not read since the start keep
+        the positions they had.
+        """
+        assert self.checkpoints is not None and self.batcher is not None
         await self.consumer.commit()
         for tp in self.consumer.raw.assignment():
-            committed = await self.consumer.raw.committed(tp)
-            if committed is not None and committed >= 0:
-                self.offsets.update(offsets_to_json({tp: committed}))
-        state = TrainerState(self.step, self.policy_version, dict(self.offsets), dict(self.extra_state))
+            position = self.consumer.tracker.position(tp)
+            if position is not None:
+                self.offsets.update(offsets_to_json({tp: position}))
+                self.done_offsets[f"{tp.topic}:{tp.partition}"] = self.batcher.done_past(tp, position)
+        done = {k: v for k, v in self.done_offsets.items() if v}
+        state = TrainerState(self.step, self.policy_version, dict(self.offsets), dict(self.extra_state), done)
         return await asyncio.to_thread(self.checkpoints.save, self.policy, state)
 
     def _metrics(self, stats: StepStats, batch: Batch, publish_seconds: float) -> StepMetrics:
@@ -202,4 +213,5 @@ class Learner:
             timestamp=time.time(),
             staleness_histogram=histogram,
             extra=extra,
+            rollout_ids=[t.rollout_id for t in batch.trajectories],
         )

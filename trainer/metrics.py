@@ -39,6 +39,9 @@ class StepMetrics:
     timestamp: float = field(default_factory=time.time)
     staleness_histogram: dict[int, int] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
+    # what the step trained on, in batch order: audits check that across crashes and resumes every
+    # rollout trains exactly once
+    rollout_ids: list[str] = field(default_factory=list)
 
     def flat(self) -> dict[str, float]:
         """Every number as one flat dict (for TensorBoard / wandb)."""

@@ -26,7 +26,7 @@ from trainer.backends.hf import HFPolicy
 from trainer.checkpoint import CheckpointManager
 from trainer.config import TrainerConfig
 from trainer.learner import Learner
-from trainer.metrics import ClickHouseSink, LogSink, MetricsHub, optional_sinks
+from trainer.metrics import ClickHouseSink, JsonlSink, LogSink, MetricsHub, optional_sinks
 from trainer.publisher import WeightPublisher
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,8 @@ class TrainerService:
                 sinks.append(ClickHouseSink(self.settings.effective_clickhouse_dsn, cfg.run_id))
             except Exception as exc:  # metrics must not stop training
                 logger.warning("ClickHouse metrics disabled: %r", exc)
+        if cfg.metrics.jsonl is not None:
+            sinks.append(JsonlSink(cfg.metrics.jsonl))
         sinks += optional_sinks(cfg.metrics.tensorboard_dir, cfg.metrics.wandb_project)
         sinks += self.extra_sinks
         metrics = MetricsHub(sinks)

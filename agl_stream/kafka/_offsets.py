@@ -36,6 +36,16 @@ class OffsetTracker:
             done.discard(finished)
             self._next[partition] = finished + 1
 
+    def position(self, partition: Hashable) -> int | None:
+        """Where a restart must resume the partition: its first unfinished record, else one past the last
+        finished one; None if nothing of it was delivered."""
+        queue = self._pending.get(partition)
+        return queue[0] if queue else self._next.get(partition)
+
+    def done_ahead(self, partition: Hashable) -> list[int]:
+        """Offsets already done past the partition's first unfinished record (a commit cannot cover them yet)."""
+        return sorted(self._done.get(partition, ()))
+
     def committable(self) -> dict[Hashable, int]:
         """Offsets (next to read) that advanced since the last :meth:`committed` call."""
         return {tp: nxt for tp, nxt in self._next.items() if self._committed.get(tp) != nxt}

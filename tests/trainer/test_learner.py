@@ -183,6 +183,58 @@ async def test_checkpoint_kill_resume_continues_version_and_offsets(topics: Sett
         await second.stop()
 
 
+@pytest.mark.parametrize("committed", [True, False], ids=["position-committed", "nothing-committable"])
+async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position(settings: Settings, tiny_model_dir,
+                                                                                 committed: bool) -> None:  # fmt: skip
+    """Groups interleave on agl.triplets, so a group can complete and train while an earlier record's
+    group is still assembling: the checkpoint's position (first record not done) then lies before
+    records it already trained, or at the partition's start when nothing was committable yet. The
+    resumed learner replays from the position and must not train those records a second time."""
+    from topics.admin import ensure_topics
+    from trainer.models import load_model_and_tokenizer
+
+    settings = settings.model_copy(update={"partitions": 1})  # one partition: offsets follow the produce order
+    assert (await ensure_topics(settings, strict=True)).ok
+    a, b, c = (make_group(g, [1.0, 0.0], seed=50 + i) for i, g in enumerate("abc"))
+    head = c if committed else []  # a group that trains first and moves the committed position
+    await produce_trajectories(settings, [*head, b[0], a[0], a[1]])  # b stays incomplete for now
+    topic, position = f"{settings.topic('triplets')}:0", len(head)
+    cfg = BatcherConfig(group_size=2, batch_groups=1, max_staleness=None, group_timeout_s=600)
+    ckpt_dir = settings.data_dir / "ckpt"
+
+    def learner() -> Learner:
+        model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
+        return Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
+                       checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=1)
+
+    first = learner()
+    await first.start()
+    trained_first = []
+    for _ in range(2 if committed else 1):
+        assert await first.step_once(timeout=30) is not None
+        trained_first.append({t.group_id for t in first.last_batch.trajectories})
+    assert trained_first[-1] == {"a"}
+    state = CheckpointManager(ckpt_dir).load(first.policy)
+    assert state is not None and state.offsets == {topic: position}, "b's first record is not done"
+    assert state.done_offsets == {topic: [position + 1, position + 2]}, "a's records are trained, past the position"
+    await first.consumer.raw.stop()  # "kill"
+
+    await produce_trajectories(settings, [b[1]])
+    second = learner()
+    assert await second.start() is not None
+    try:
+        assert await second.step_once(timeout=30) is not None
+        assert {t.rollout_id for t in second.last_batch.trajectories} == {t.rollout_id for t in b}
+        assert await second.step_once(timeout=2, force=True) is None
+        assert second.batcher.assembler.pending_groups == 0 and second.batcher.stats.already_done == 2
+        await second.checkpoint()
+    finally:
+        await second.stop()
+    final = CheckpointManager(ckpt_dir).load(second.policy)
+    assert final is not None and final.step == len(trained_first) + 1
+    assert final.offsets == {topic: position + 4} and final.done_offsets == {}
+
+
 async def test_undecodable_triplet_records_go_to_the_dlq(topics: Settings, tiny) -> None:
     from agl_stream.types import DeadLetter
 

@@ -56,3 +56,19 @@ def test_a_failing_sink_does_not_stop_the_others() -> None:
     hub = MetricsHub([Broken(), keep])
     hub.write(_metrics(1))
     assert keep.steps == [1] and hub.history[-1].step == 1
+
+
+def test_jsonl_steps_name_the_rollouts_they_trained_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Fault-injection audits rebuild the training history from this file across learner restarts."""
+    from trainer.metrics import JsonlSink, read_jsonl_metrics
+
+    sink = JsonlSink(tmp_path / "steps.jsonl")
+    first, second = _metrics(1), _metrics(2)
+    second.rollout_ids = ["ro-b-0", "ro-b-1"]
+    sink.write(first)
+    sink.write(second)
+    sink.close()
+    rows = read_jsonl_metrics(tmp_path / "steps.jsonl")
+    assert [r.step for r in rows] == [1, 2]
+    assert rows[0].rollout_ids == [] and rows[1].rollout_ids == ["ro-b-0", "ro-b-1"]
+    assert rows[1].staleness_histogram == {0: 8, 1: 8} and "rollout_ids" not in rows[1].flat()

@@ -7,18 +7,19 @@ from agl_stream.kafka import OffsetTracker
 
 def test_commit_point_stops_at_first_unfinished_record() -> None:
     t = OffsetTracker()
+    assert t.position("p0") is None
     for off in (10, 11, 12, 13):
         t.delivered("p0", off)
     t.done("p0", 12)
-    assert t.committable() == {}
+    assert t.committable() == {} and t.position("p0") == 10 and t.done_ahead("p0") == [12]
     t.done("p0", 10)
-    assert t.committable() == {"p0": 11}
+    assert t.committable() == {"p0": 11} and t.position("p0") == 11
     t.done("p0", 11)
-    assert t.committable() == {"p0": 13}
+    assert t.committable() == {"p0": 13} and t.position("p0") == 13 and t.done_ahead("p0") == []
     t.committed({"p0": 13})
     assert t.committable() == {}
     t.done("p0", 13)
-    assert t.committable() == {"p0": 14}
+    assert t.committable() == {"p0": 14} and t.position("p0") == 14
     assert t.pending_count() == 0
 
 
