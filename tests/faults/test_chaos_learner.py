@@ -38,6 +38,7 @@ from agl_stream.config import Settings
 from agl_stream.execution.process import ServiceProcess, agl_command
 from agl_stream.kafka import RecordProducer
 from agl_stream.types import Trajectory, Triplet
+from tests.faults.report import report
 from trainer.checkpoint import STATE_FILE, CheckpointManager
 from trainer.config import TrainerConfig
 from trainer.metrics import StepMetrics, read_jsonl_metrics
@@ -249,7 +250,7 @@ async def test_sigkill_learner_mid_step_resumes_from_checkpoint(
         assert len({by_id[r].group_id for r in m.rollout_ids if r in by_id}) == 1, m
     discarded = [m for m in history1 if m.step > resumed_from]  # trained by run 1, lost with the kill
     replayed = {rid for m in discarded for rid in m.rollout_ids}
-    print(f"[sigkill-learner] triplets={len(trajectories)} trained={sum(trained.values())} "
+    report(f"[sigkill-learner] triplets={len(trajectories)} trained={sum(trained.values())} "
           f"steps_before_kill={trained_before_kill} resumed_from_step={resumed_from} "
           f"replayed_steps={len(discarded)} steps={len(surviving)} duplicates={duplicates} lost={lost} "
           f"({time.monotonic() - started:.0f} s)")  # fmt: skip
