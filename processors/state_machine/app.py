@@ -170,7 +170,35 @@ class RolloutStateMachine:
             "rollouts_in_table": len(self._table) if self._app is not None else 0,
             "watched": len(self._watch),
             "ready": self.ready.is_set(),
+            "source": self._source_health(),
         }
+
+    def _source_health(self) -> dict[str, Any]:
+        """faust's view of the input partitions (flow and pauses), to tell a stalled consumer from an idle one."""
+        consumer = getattr(self._app, "consumer", None) if self._app is not None else None
+        if consumer is None:
+            return {}
+        try:
+            source = {self.settings.topic(t) for t in ("tasks", "attempts", "spans")}
+            assigned = [tp for tp in consumer.assignment() if tp.topic in source]
+            active = consumer._get_active_partitions()  # noqa: SLF001 - faust keeps no public accessor
+            positions: dict[str, Any] = {}
+            raw = consumer._thread._ensure_consumer()  # noqa: SLF001 - the aiokafka consumer under faust
+            for tp in sorted(assigned):
+                state = raw._fetcher._subscriptions.subscription.assignment.state_value(tp)  # noqa: SLF001
+                positions[f"{tp.topic}:{tp.partition}"] = [
+                    getattr(state, "position", None) if state is not None else None,
+                    raw.highwater(tp),
+                    consumer._read_offset.get(tp),  # noqa: SLF001
+                ]
+            return {
+                "flow_active": bool(consumer.flow_active),
+                "assigned": len(assigned),
+                "fetching": sum(1 for tp in assigned if tp in active),
+                "position_highwater_read": positions,
+            }
+        except Exception as exc:  # diagnostics only; never fail the health report
+            return {"error": repr(exc)}
 
     # ------------------------------------------------------------------ state access
 
