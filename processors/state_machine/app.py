@@ -119,6 +119,7 @@ class RolloutStateMachine:
         self._expiry: list[tuple[float, str]] = []
         self._recovered_at = 0.0
         self._app: Any = None
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ faust wiring
 
@@ -161,6 +162,9 @@ class RolloutStateMachine:
                 except asyncio.TimeoutError:
                     pass
         finally:
+            for task in list(self._background):
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
             await app.stop()
 
     def health(self) -> dict[str, Any]:
@@ -342,6 +346,7 @@ class RolloutStateMachine:
         """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots."""
         now = time.time()
         async with self._lock:
+            await self._rewind_uncommitted()
             corrected = await self._catch_up()
             self._watch.clear()
             self._running.clear()
@@ -364,6 +369,43 @@ class RolloutStateMachine:
             len(self._table), corrected, republished,
         )  # fmt: skip
         self.ready.set()
+
+    async def _rewind_uncommitted(self) -> None:
+        """Replay input partitions that have no committed offset, once faust's streams are flowing.
+
+        faust's consumer fetches while the table recovers and drops what it fetched; its seek to the
+        committed offsets afterwards skips partitions without a commit (aiokafka seeks only committed
+        ones), so records of such a partition fetched during recovery were never processed: after a
+        restart, its events since the previous run started (every 'finished' event, say) were lost to
+        the state machine and rollouts stayed 'queuing'/'running'. Seeking them back to offset 0 (the
+        consumer resets to the earliest offset if retention removed it) after the rebalance ended
+        replays them; the rules ignore whatever the table already reflects.
+        """
+        consumer = self._app.consumer
+        source = {self.settings.topic(t) for t in ("tasks", "attempts", "spans")}
+        committed = await consumer.seek_to_committed()
+        rewind = {tp: 0 for tp, offset in committed.items() if tp.topic in source and (offset is None or offset < 0)}
+        if rewind:
+            task = asyncio.create_task(self._rewind_when_flowing(rewind), name=f"{self.app_id}.rewind")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _rewind_when_flowing(self, rewind: dict[Any, int], timeout: float = 120.0) -> None:
+        app, consumer = self._app, self._app.consumer
+        deadline = time.monotonic() + timeout
+        while app.rebalancing or app.in_recovery or not consumer.flow_active:
+            if time.monotonic() > deadline:
+                logger.error("state machine: streams did not resume within %.0fs; %d partitions not rewound",
+                             timeout, len(rewind))  # fmt: skip
+                return
+            await asyncio.sleep(0.1)
+        if set(rewind) - set(consumer.assignment()):
+            return  # another rebalance moved them; its recovery decides again
+        await consumer.seek_wait(rewind)  # in faust's consumer thread, which owns the aiokafka client
+        for tp in rewind:
+            consumer._read_offset[tp] = None  # noqa: SLF001 - else faust drops records below its read offset
+        self.counts["rewound_partitions"] += len(rewind)
+        logger.info("state machine: %d input partitions without a committed offset replayed from the start", len(rewind))
 
     async def _catch_up(self) -> int:
         """Apply changelog records faust's recovery missed (see :mod:`processors.state_machine.catchup`)."""

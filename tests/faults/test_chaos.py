@@ -6,10 +6,6 @@ embedded ClickHouse, and ``agl-stream runner`` processes; breaks one part mid-st
 ClickHouse against the tasks' ground truth (:func:`tests.faults.harness.audit`) and prints
 ``enqueued, succeeded, failed, spans, triplets, duplicates, lost``.
 
-Known issue turned into ``xfail`` with its reason, only when exactly that symptom shows (a lost or
-duplicated record still fails): the processors-SIGKILL scenario's state machine (faust) sometimes
-stops receiving records of some input partitions after the restart, leaving rollout statuses behind.
-
 Each scenario has a reduced size that runs in ``make test`` and a full size marked ``chaos``
 (``make chaos``). Outages last 10 s in both.
 
@@ -143,10 +139,7 @@ async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
 # ---------------------------------------------------------------- processors SIGKILL
 
 
-# Both sizes only under `make chaos`: with the known issue below a run waits out its whole timeout
-# for the stuck rollouts, which is too slow for `make test`.
-@pytest.mark.parametrize("n", [pytest.param(16, id="reduced", marks=pytest.mark.chaos),
-                               pytest.param(200, id="full", marks=pytest.mark.chaos)])  # fmt: skip
+@pytest.mark.parametrize("n", reduced_or_full(16, 200))
 async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
     async def kill_processors(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
         await until(lambda: count(store, enq, "succeeded") >= max(3, n // 5), 120, "rollouts to succeed", pipe)
@@ -157,14 +150,6 @@ async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
         return f"SIGKILLed the processors after {done} succeeded, restarted 2 s later"
 
     result, _ = await run_scenario(workdir, "sigkill-processors", n, kill_processors, timeout=120 if n < 100 else 240)
-    stuck = dict(result.other)
-    if stuck and result.succeeded + sum(stuck.values()) == result.enqueued and result.duplicates == 0:
-        # Every span and triplet is in ClickHouse exactly once (the triplet processor replays attempts whole);
-        # only rollout statuses are behind. Known issue, about every other run on this machine: after the
-        # restart faust delivers no records from some input partitions of the state machine (those that
-        # had no committed offset while others had one, in the runs diagnosed) although they are assigned
-        # and being fetched; see the state machine's health report, "source".
-        pytest.xfail(f"state machine: restarted faust consumer stalled on some partitions: rollouts stuck {stuck}")
     assert_exactly_once(result)
 
 
