@@ -62,6 +62,13 @@ def statuses(store: StoreClient, enq: Enqueued) -> dict[str, str]:
     return out
 
 
+def running_on(store: StoreClient, enq: Enqueued, worker_suffix: str) -> int:
+    """Rollouts of ``enq`` running an attempt on the worker whose id ends with ``worker_suffix``."""
+    snaps = [store._snapshots.get(rid) for rid in enq.tasks]
+    return sum(1 for s in snaps if s is not None and s.rollout.status == "running" and s.attempt is not None
+               and (s.attempt.worker_id or "").endswith(worker_suffix))  # fmt: skip
+
+
 def count(store: StoreClient, enq: Enqueued, *wanted: str) -> int:
     return sum(1 for s in statuses(store, enq).values() if s in wanted)
 
@@ -112,12 +119,14 @@ def assert_exactly_once(result: Audit) -> None:
 @pytest.mark.parametrize("n", reduced_or_full(16, 200))
 async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
     async def kill_runner(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
-        # mid-stream: some rollouts done, others running on both runners
-        await until(lambda: count(store, enq, "succeeded") >= 3 and count(store, enq, "running") >= 2, 120,
-                    "rollouts to run", pipe)  # fmt: skip
-        running = count(store, enq, "running")
+        # mid-stream: some rollouts done, and attempts running on the victim (its worker id ends in its pid;
+        # the group may have given both partitions to the other runner for a while)
+        victim = f"-{pipe.runners[0].pid}"
+        await until(lambda: count(store, enq, "succeeded") >= 3 and running_on(store, enq, victim) >= 2, 120,
+                    "rollouts to run on runner-0", pipe)  # fmt: skip
+        running = running_on(store, enq, victim)
         pipe.runners[0].kill()
-        return f"SIGKILLed runner-0 with {running} rollouts running"
+        return f"SIGKILLed runner-0 with {running} of its attempts running"
 
     result, pipe = await run_scenario(workdir, "sigkill-runner", n, kill_runner, sleep=0.05, config=RETRY_SILENT,
                                       processor_args=ORPHAN_ARGS)  # fmt: skip
