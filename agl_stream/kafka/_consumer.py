@@ -63,6 +63,8 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
         except Exception as exc:  # the group may already be gone; the records will simply be replayed
             logger.warning("commit before rebalance failed (records will be redelivered): %r", exc)
         self.owner.tracker.forget(revoked)  # type: ignore[arg-type]
+        for tp in revoked:
+            self.owner.revocations[tp] = self.owner.revocations.get(tp, 0) + 1
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         self.owner.assignment_changed.set()
@@ -86,6 +88,7 @@ class RecordConsumer:
         self.group_id = group_id
         self.start_timeout = start_timeout
         self.tracker = OffsetTracker()
+        self.revocations: dict[TopicPartition, int] = {}  # per partition: how often a rebalance took it away
         self.assignment_changed = asyncio.Event()
         self._consumer = AIOKafkaConsumer(
             **connection_options(settings, bootstrap),
@@ -153,6 +156,16 @@ class RecordConsumer:
         if self.group_id is None:
             return True
         return TopicPartition(record.topic, record.partition) in self._consumer.assignment()
+
+    def ownership(self, record: ConsumerRecord) -> Optional[int]:
+        """A token that changes whenever ``record``'s partition is revoked; ``None`` while it is not assigned.
+
+        Holding a record across awaits, compare tokens: equal means the partition stayed ours all
+        along (being revoked and assigned back in between also changes it).
+        """
+        if not self.owns(record):
+            return None
+        return self.revocations.get(TopicPartition(record.topic, record.partition), 0)
 
     def is_committed(self, record: ConsumerRecord) -> bool:
         """Whether this consumer committed an offset past ``record`` (it will not be redelivered)."""

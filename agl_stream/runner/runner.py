@@ -394,9 +394,11 @@ class LitAgentRunner:
         """
         assert self._consumer is not None
         rollout, record = decoded.value, decoded.record
+        # A partition revoked mid-claim (even if assigned back since) redelivers the task: not ours any more.
+        owner = self._consumer.ownership(record)
         delay = 0.2
         while True:
-            if not self._consumer.owns(record):
+            if owner is None or self._consumer.ownership(record) != owner:
                 return self._left_to_new_owner(rollout, record.partition)
             try:
                 await self._send_event(rollout, "started", wait=True)
@@ -409,7 +411,7 @@ class LitAgentRunner:
         self._consumer.done(record)
         delay = 0.1
         while not self._consumer.is_committed(record):
-            if not self._consumer.owns(record):
+            if self._consumer.ownership(record) != owner:
                 return self._left_to_new_owner(rollout, record.partition)
             try:
                 await self._commit()

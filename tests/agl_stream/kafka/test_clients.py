@@ -78,6 +78,31 @@ async def test_two_consumers_in_a_group_split_partitions(topics: Settings) -> No
         await asyncio.gather(first.stop(), second.stop())
 
 
+async def test_ownership_token_changes_when_a_rebalance_revokes_the_partition(topics: Settings) -> None:
+    """A runner holding a task across awaits must notice a revocation even if the partition came back."""
+    from aiokafka.structs import ConsumerRecord
+
+    topic = topics.topic("tasks")
+    first = RecordConsumer(topics, [topic], group_id="ownership")
+    await first.start()
+    second = RecordConsumer(topics, [topic], group_id="ownership")
+    try:
+        deadline = time.monotonic() + 40
+        while not first.raw.assignment() and time.monotonic() < deadline:
+            await first.getmany(0.2)
+        tp = sorted(first.raw.assignment())[0]
+        record = ConsumerRecord(tp.topic, tp.partition, 0, 0, 0, None, None, None, None, 0, [])
+        before = first.ownership(record)
+        assert before is not None
+        await second.start()  # joins the group: the first consumer's partitions are revoked, then reassigned
+        while time.monotonic() < deadline and not second.raw.assignment():
+            await asyncio.gather(first.getmany(0.2), second.getmany(0.2))
+        assert second.raw.assignment(), "the second consumer never got partitions"
+        assert first.ownership(record) != before
+    finally:
+        await asyncio.gather(first.stop(), second.stop())
+
+
 async def test_committed_offsets_survive_a_consumer_restart(topics: Settings) -> None:
     topic = topics.topic("attempts")
     raw = [f"rec-{i}".encode() for i in range(10)]
