@@ -303,7 +303,7 @@ class LitAgentRunner:
             state = holder[0] if holder else None
             spans = list(state.spans) if state is not None else []
             await self.hooks.fire("on_rollout_end", agent=self.agent, runner=self, rollout=rollout, spans=spans)
-            await self._finish(decoded, status, error, state, time.monotonic() - started)
+            await self._finish(rollout, status, error, state, time.monotonic() - started)
 
     async def _execute(self, rollout: AttemptedRollout, holder: list[AttemptCounters]) -> tuple[str, Optional[str]]:
         """Run the agent in the attempt's trace context; the context's counters are put in ``holder``."""
@@ -354,14 +354,12 @@ class LitAgentRunner:
 
     async def _finish(
         self,
-        decoded: Decoded[AttemptedRollout],
+        rollout: AttemptedRollout,
         status: str,
         error: Optional[str],
         state: Optional[AttemptCounters],
         duration: float,
     ) -> None:
-        assert self._consumer is not None
-        rollout = decoded.value
         span_count, dropped, reward = 0, 0, None
         if state is not None:
             try:

@@ -383,7 +383,7 @@ class RolloutStateMachine:
         """
         consumer = self._app.consumer
         source = {self.settings.topic(t) for t in ("tasks", "attempts", "spans")}
-        committed = await consumer.seek_to_committed()
+        committed = await consumer.seek_to_committed()  # faust's only way to read them; it seeks again itself
         rewind = {tp: 0 for tp, offset in committed.items() if tp.topic in source and (offset is None or offset < 0)}
         if rewind:
             task = asyncio.create_task(self._rewind_when_flowing(rewind), name=f"{self.app_id}.rewind")

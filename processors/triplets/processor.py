@@ -35,12 +35,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
-from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka import RecordConsumer, RecordProducer, connection_options, start_with_retry
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, Span, Trajectory, Triplet
 from processors.dlq import DeadLetterWriter
@@ -181,10 +182,6 @@ class TripletProcessor:
 
     async def _restore_adapted(self, consumer: RecordConsumer, partitions: list[int]) -> int:
         """Mark attempts whose ``finished`` is committed but whose spans may be redelivered as adapted."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        from agl_stream.kafka import connection_options, start_with_retry
-
         reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False)
         await start_with_retry(reader, "triplets restore reader", 30.0)
         restored, now = 0, time.monotonic()

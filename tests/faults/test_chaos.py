@@ -23,7 +23,6 @@ the pipeline up (``test_chaos_clickhouse.py``).
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
@@ -33,6 +32,7 @@ from agl_stream.client import StoreClient
 from agl_stream.types import RolloutConfig
 from tests.faults.harness import Audit, Enqueued, Pipeline, audit, enqueue, make_tasks
 from tests.faults.report import report
+from tests.faults.scenario import assert_exactly_once, count, reduced_or_full, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -40,37 +40,11 @@ Fault = Callable[[Pipeline, StoreClient, Enqueued], Awaitable[Optional[str]]]
 OUTAGE_S = 10.0
 
 
-def reduced_or_full(reduced: int, full: int) -> list[object]:
-    return [pytest.param(reduced, id="reduced"), pytest.param(full, id="full", marks=pytest.mark.chaos)]
-
-
-async def until(predicate: Callable[[], bool], timeout: float, what: str, pipe: Pipeline) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        pipe.processors.check()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}:\n{pipe.processors.tail()[-3000:]}")
-        await asyncio.sleep(0.1)
-
-
-def statuses(store: StoreClient, enq: Enqueued) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for rid in enq.tasks:
-        snap = store._snapshots.get(rid)  # the client's view of agl.rollouts
-        if snap is not None:
-            out[rid] = snap.rollout.status
-    return out
-
-
 def running_on(store: StoreClient, enq: Enqueued, worker_suffix: str) -> int:
     """Rollouts of ``enq`` running an attempt on the worker whose id ends with ``worker_suffix``."""
-    snaps = [store._snapshots.get(rid) for rid in enq.tasks]
+    snaps = [store._snapshots.get(rid) for rid in enq.tasks]  # noqa: SLF001 - the client's view of agl.rollouts
     return sum(1 for s in snaps if s is not None and s.rollout.status == "running" and s.attempt is not None
                and (s.attempt.worker_id or "").endswith(worker_suffix))  # fmt: skip
-
-
-def count(store: StoreClient, enq: Enqueued, *wanted: str) -> int:
-    return sum(1 for s in statuses(store, enq).values() if s in wanted)
 
 
 async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runners: int = 2, concurrency: int = 4,
@@ -104,13 +78,6 @@ async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runne
 # The triplet processor gives up on the dead attempt's buffered spans after 15 s (dead letter).
 RETRY_SILENT = RolloutConfig(unresponsive_seconds=5.0, max_attempts=3, retry_condition=["unresponsive"])
 ORPHAN_ARGS = ("--orphan-seconds", "15")
-
-
-def assert_exactly_once(result: Audit) -> None:
-    assert result.succeeded == result.enqueued, result.problems[:20]
-    assert result.duplicates == 0, result.problems[:20]
-    assert result.lost == 0, result.problems[:20]
-    assert not result.problems, result.problems[:20]
 
 
 # ---------------------------------------------------------------- runner SIGKILL

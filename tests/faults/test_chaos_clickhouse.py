@@ -54,6 +54,7 @@ from tests.faults.harness import (
     process_tree_rss,
 )
 from tests.faults.report import report
+from tests.faults.scenario import assert_exactly_once, count, reduced_or_full, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -63,32 +64,6 @@ SLOW_CALL_S = 1.5  # every ClickHouse call in the slow window takes this long (c
 SINK_BATCH = 32  # slow scenario: a small batch makes the sinks' bound (2 batches) smaller than the backlog
 RSS_BOUND_MB = 300  # slow scenario: peak processors RSS may exceed the pre-window baseline by at most this
 FAILPOINT_MESSAGE = "injected by failpoint"
-
-
-def reduced_or_full(reduced: int, full: int) -> list[object]:
-    return [pytest.param(reduced, id="reduced"), pytest.param(full, id="full", marks=pytest.mark.chaos)]
-
-
-def count(store: StoreClient, enq: Enqueued, *wanted: str) -> int:
-    """Rollouts of ``enq`` in one of the ``wanted`` statuses, as the client sees ``agl.rollouts``."""
-    snapshots = store._snapshots  # noqa: SLF001 - the client's view of agl.rollouts, as in test_chaos.py
-    return sum(1 for rid in enq.tasks if (s := snapshots.get(rid)) is not None and s.rollout.status in wanted)
-
-
-async def until(predicate: Callable[[], bool], timeout: float, what: str, pipe: Pipeline) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        pipe.processors.check()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}:\n{pipe.processors.tail()[-3000:]}")
-        await asyncio.sleep(0.1)
-
-
-def assert_exactly_once(result: Audit) -> None:
-    assert result.succeeded == result.enqueued, result.problems[:20]
-    assert result.duplicates == 0, result.problems[:20]
-    assert result.lost == 0, result.problems[:20]
-    assert not result.problems, result.problems[:20]
 
 
 # ---------------------------------------------------------------- observation
