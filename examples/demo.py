@@ -64,7 +64,7 @@ def trainer_config(steps: int, model: str) -> dict[str, Any]:
 
 def load_steps_into_clickhouse(settings: Settings, steps_file: Path) -> int:
     """The learner wrote its steps to a file while the sinks owned the embedded ClickHouse."""
-    from trainer.metrics import ClickHouseSink, read_jsonl_metrics
+    from agl_stream_trainer.metrics import ClickHouseSink, read_jsonl_metrics
 
     sink = ClickHouseSink(settings.effective_clickhouse_dsn, "demo")
     try:
@@ -77,7 +77,7 @@ def load_steps_into_clickhouse(settings: Settings, steps_file: Path) -> int:
 
 
 def summarize(settings: Settings) -> dict[str, list[dict[str, Any]]]:
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     queries = {
         "reward per policy version": """
@@ -122,7 +122,7 @@ def plot(steps_file: Path, report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trainer.metrics import read_jsonl_metrics
+    from agl_stream_trainer.metrics import read_jsonl_metrics
 
     steps = read_jsonl_metrics(steps_file)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -155,7 +155,7 @@ def main() -> int:
     settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
     train, val = load("train"), load("val", n_val)
 
-    from trainer.rl import RL
+    from agl_stream_trainer.rl import RL
 
     console.rule("[bold]agl-stream demo: GRPO on SmolLM2-135M, everything local")
     console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out validation questions, "

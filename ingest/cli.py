@@ -18,9 +18,9 @@ from typing import Optional
 import typer
 
 from agl_stream.config import Settings
-from ingest.metrics import MULTIPROC_ENV
-from ingest.options import IngestOptions
-from ingest.proxy.config import BACKEND_KEY_ENV, ProxyConfig
+from agl_stream_ingest.metrics import MULTIPROC_ENV
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.proxy.config import BACKEND_KEY_ENV, ProxyConfig
 
 app = typer.Typer(no_args_is_help=True, help="Network front doors that turn outside traffic into agl.spans records.")
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def otlp(
 ) -> None:
     """OTLP/HTTP trace receiver: POST /v1/traces (protobuf or JSON) -> agl.spans."""
     env, options = _common(bootstrap, max_body_bytes, request_timeout, produce_timeout)
-    _serve("ingest.otlp.app:app_from_env", host, port, workers, env, options.produce_timeout)
+    _serve("agl_stream_ingest.otlp.app:app_from_env", host, port, workers, env, options.produce_timeout)
 
 
 @app.command("proxy")
@@ -115,4 +115,4 @@ def proxy(
         proxy_config = ProxyConfig.from_backends(backend, api_key=os.environ.get(BACKEND_KEY_ENV), **overrides)
     env, options = _common(bootstrap, max_body_bytes, request_timeout, produce_timeout)
     env.update(proxy_config.to_env())
-    _serve("ingest.proxy.app:app_from_env", host, port, workers, env, max(options.request_timeout, options.produce_timeout))
+    _serve("agl_stream_ingest.proxy.app:app_from_env", host, port, workers, env, max(options.request_timeout, options.produce_timeout))

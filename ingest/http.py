@@ -9,8 +9,8 @@ from typing import Awaitable, Callable
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest.metrics import REQUESTS, metrics_response
-from ingest.security import read_body
+from agl_stream_ingest.metrics import REQUESTS, metrics_response
+from agl_stream_ingest.security import read_body
 
 logger = logging.getLogger(__name__)
 

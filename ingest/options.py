@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agl_stream.config import SettingsError
-from ingest.security import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
+from agl_stream_ingest.security import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
 
 ENV = {
     "max_body_bytes": "AGL_INGEST_MAX_BODY_BYTES",

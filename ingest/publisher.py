@@ -16,7 +16,7 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
 from agl_stream.serialization import encode
 from agl_stream.types import Span
-from ingest.metrics import PRODUCE_LATENCY, SPANS_ACCEPTED
+from agl_stream_ingest.metrics import PRODUCE_LATENCY, SPANS_ACCEPTED
 
 logger = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ def migrate_command(
     migrations_dir: Optional[Path] = typer.Option(None, "--migrations-dir", help="default: deploy/clickhouse/migrations"),
 ) -> None:
     """Apply pending schema migrations (idempotent: an up-to-date database is left alone)."""
-    from processors.clickhouse import connect
-    from processors.clickhouse.migrations import MIGRATIONS_DIR, MigrationError, migrate
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.clickhouse.migrations import MIGRATIONS_DIR, MigrationError, migrate
 
     with connect(_dsn(dsn)) as ch:
         try:
@@ -59,8 +59,8 @@ def migrate_command(
 @clickhouse.command("status")
 def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP)) -> None:
     """Show applied and pending migrations and the row count of every table."""
-    from processors.clickhouse import connect
-    from processors.clickhouse.migrations import applied, load_migrations
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.clickhouse.migrations import applied, load_migrations
 
     with connect(_dsn(dsn)) as ch:
         done = applied(ch)
@@ -92,8 +92,8 @@ def sink_command(
     directory); with an HTTP DSN start as many processes as you like, each with any subset.
     """
     from agl_stream.cli._async import run_until_signal
-    from processors.sinks import SinkOptions, SinkService
-    from processors.sinks.specs import resolve
+    from agl_stream_processors.sinks import SinkOptions, SinkService
+    from agl_stream_processors.sinks.specs import resolve
 
     settings = Settings.from_env()
     try:
@@ -123,8 +123,8 @@ def sql(
     dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP),
 ) -> None:
     """Run SQL (or a saved query) against the agl tables and print a table, CSV or JSON."""
-    from processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
-    from processors.analytics.output import FORMATS
+    from agl_stream_processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
+    from agl_stream_processors.analytics.output import FORMATS
 
     if fmt not in FORMATS:
         _fail(f"--format must be one of {', '.join(FORMATS)}")
@@ -143,7 +143,7 @@ def sql(
         query, title = saved_query.sql, saved_query.title
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     with connect(_dsn(dsn)) as ch:
         try:
@@ -154,7 +154,7 @@ def sql(
 
 
 def _print(columns: Any, rows: Any, fmt: str, title: Optional[str]) -> None:
-    from processors.analytics.output import to_csv, to_json_lines, to_rich_table
+    from agl_stream_processors.analytics.output import to_csv, to_json_lines, to_rich_table
 
     if fmt == "csv":
         sys.stdout.write(to_csv(columns, rows))
@@ -189,8 +189,8 @@ def replay(
     dry_run: bool = typer.Option(False, "--dry-run", help="adapt and report, write nothing"),
 ) -> None:
     """Re-derive triplets from stored spans with another adapter configuration."""
-    from processors.clickhouse import connect
-    from processors.replay import (
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.replay import (
         ReplayError,
         ReplayReport,
         Selection,
@@ -199,7 +199,7 @@ def replay(
         publish_to_topic,
         write_to_table,
     )
-    from processors.replay import replay as run_replay
+    from agl_stream_processors.replay import replay as run_replay
 
     if to_topic and to_table:
         _fail("choose --to-topic or --to-table, not both")

@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from agl_stream.types import Span, Trajectory, Triplet
-from processors.clickhouse.client import ClickHouse
-from processors.clickhouse.columns import ColumnBatch
-from processors.clickhouse.rows import TRIPLET_SCHEMA, triplet_rows
-from processors.clickhouse.spans import SPAN_COLUMNS, spans_from_arrow
+from agl_stream_processors.clickhouse.client import ClickHouse
+from agl_stream_processors.clickhouse.columns import ColumnBatch
+from agl_stream_processors.clickhouse.rows import TRIPLET_SCHEMA, triplet_rows
+from agl_stream_processors.clickhouse.spans import SPAN_COLUMNS, spans_from_arrow
 
 logger = logging.getLogger(__name__)
 

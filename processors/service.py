@@ -40,14 +40,14 @@ AppFactory = Callable[[Settings, Mapping[str, Any]], ProcessorApp]
 
 #: app name -> "module:factory"
 REGISTRY: dict[str, str] = {
-    "state-machine": "processors.service:state_machine_app",
-    "triplets": "processors.service:triplets_app",
-    "sinks": "processors.service:sinks_app",
+    "state-machine": "agl_stream_processors.service:state_machine_app",
+    "triplets": "agl_stream_processors.service:triplets_app",
+    "sinks": "agl_stream_processors.service:sinks_app",
 }
 
 
 def state_machine_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp:
-    from processors.state_machine.app import RolloutStateMachine, StateMachineOptions
+    from agl_stream_processors.state_machine.app import RolloutStateMachine, StateMachineOptions
 
     defaults = StateMachineOptions()
     return RolloutStateMachine(
@@ -60,7 +60,7 @@ def state_machine_app(settings: Settings, options: Mapping[str, Any]) -> Process
 
 
 def triplets_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp:
-    from processors.triplets import TripletProcessor, TripletProcessorOptions
+    from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions
 
     defaults = TripletProcessorOptions()
     return TripletProcessor(
@@ -74,8 +74,8 @@ def triplets_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp
 
 
 def sinks_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp:
-    from processors.sinks.service import SinkService
-    from processors.sinks.sink import SinkOptions
+    from agl_stream_processors.sinks.service import SinkService
+    from agl_stream_processors.sinks.sink import SinkOptions
 
     batch_size = options.get("sink_batch_size")
     service = SinkService(settings, options=SinkOptions(batch_size=batch_size) if batch_size else SinkOptions())

@@ -32,7 +32,7 @@ def processors(
     shutdown_timeout: float = typer.Option(30.0, help="seconds apps get to finish in-flight work on shutdown"),
 ) -> None:
     from agl_stream.adapter import build_adapter
-    from processors.service import REGISTRY, ProcessorService, resolve
+    from agl_stream_processors.service import REGISTRY, ProcessorService, resolve
 
     if list_apps:
         for name, target in REGISTRY.items():
@@ -62,7 +62,7 @@ def processors(
         )  # fmt: skip
         if health_port is None:
             return await service.run(stop)
-        from processors.health_http import HealthServer
+        from agl_stream_processors.health_http import HealthServer
 
         server = await HealthServer(service.health, health_host, health_port).start()
         try:

@@ -44,7 +44,7 @@ def settings(kafka_bootstrap: str, tmp_path) -> Settings:  # type: ignore[no-unt
 @pytest.fixture
 async def topics(settings: Settings) -> AsyncIterator[Settings]:
     """``settings`` with every catalog topic created on the broker."""
-    from topics.admin import ensure_topics
+    from agl_stream_topics.admin import ensure_topics
 
     report = await ensure_topics(settings, strict=True)
     assert report.ok

@@ -17,7 +17,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from agl_stream.config import Settings
 from agl_stream.kafka import connection_options, start_with_retry
-from topics.catalog import CATALOG, TopicSpec
+from agl_stream_topics.catalog import CATALOG, TopicSpec
 
 logger = logging.getLogger(__name__)
 

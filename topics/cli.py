@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from agl_stream.config import Settings
-from topics.admin import describe_topics, ensure_topics
-from topics.catalog import CATALOG
+from agl_stream_topics.admin import describe_topics, ensure_topics
+from agl_stream_topics.catalog import CATALOG
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()

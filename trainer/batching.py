@@ -313,7 +313,7 @@ class TripletBatcher:
             key=rec.key,
             payload=rec.value or b"",
             reason=rejected.error.reason,
-            processor="trainer.batching",
+            processor="agl_stream_trainer.batching",
         )
         await self.dlq.send_and_wait(self.dlq_topic, letter, key=rec.key)
 

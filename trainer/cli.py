@@ -22,8 +22,8 @@ def trainer(
     """Run the task scheduler and the learner as one service."""
     from agl_stream.config import Settings
 
-    from trainer.config import TrainerConfig
-    from trainer.service import TrainerService
+    from agl_stream_trainer.config import TrainerConfig
+    from agl_stream_trainer.service import TrainerService
 
     cfg = TrainerConfig.from_yaml(config)
     if max_steps is not None:
@@ -41,9 +41,9 @@ def serve(
     policy_version: int = typer.Option(0, "--policy-version", help="version reported for the initial weights"),
 ) -> None:
     """Serve a transformers model on CPU with an OpenAI-compatible API (+ in-place weight swaps)."""
-    from trainer.engines.embedded import EmbeddedServer
-    from trainer.engines.generation import Generator
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.engines.embedded import EmbeddedServer
+    from agl_stream_trainer.engines.generation import Generator
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     loaded, tokenizer, directory = load_model_and_tokenizer(model)
     name = served_name or (model if model in ("smollm2", "tiny") else Path(model).name)

@@ -7,10 +7,10 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.algorithms.grpo import GRPOConfig
-from trainer.backends.hf import BackendConfig, OptimConfig
-from trainer.batching import BatcherConfig
-from trainer.scheduler import SchedulerConfig
+from agl_stream_trainer.algorithms.grpo import GRPOConfig
+from agl_stream_trainer.backends.hf import BackendConfig, OptimConfig
+from agl_stream_trainer.batching import BatcherConfig
+from agl_stream_trainer.scheduler import SchedulerConfig
 
 
 class EngineConfig(BaseModel):

@@ -17,13 +17,13 @@ from typing import Any, Optional
 
 from agl_stream.config import Settings
 
-from trainer.algorithms.batch import collate, rows_from_trajectories
-from trainer.algorithms.grpo import GRPOConfig, StepStats, train_step
-from trainer.backends.hf import HFPolicy
-from trainer.batching import LEARNER_GROUP, Batch, BatcherConfig, TripletBatcher, wait_for_assignment
-from trainer.checkpoint import CheckpointManager, TrainerState, offsets_from_json, offsets_to_json
-from trainer.metrics import MetricsHub, StepMetrics
-from trainer.publisher import WeightPublisher
+from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+from agl_stream_trainer.algorithms.grpo import GRPOConfig, StepStats, train_step
+from agl_stream_trainer.backends.hf import HFPolicy
+from agl_stream_trainer.batching import LEARNER_GROUP, Batch, BatcherConfig, TripletBatcher, wait_for_assignment
+from agl_stream_trainer.checkpoint import CheckpointManager, TrainerState, offsets_from_json, offsets_to_json
+from agl_stream_trainer.metrics import MetricsHub, StepMetrics
+from agl_stream_trainer.publisher import WeightPublisher
 
 logger = logging.getLogger(__name__)
 

@@ -94,12 +94,12 @@ class ClickHouseSink:
     TABLE = "training_steps"
 
     def __init__(self, dsn: str, run_id: str, *, database: Optional[str] = None, migrate: bool = True) -> None:
-        from processors.clickhouse.client import connect
+        from agl_stream_processors.clickhouse.client import connect
 
         self.run_id = run_id
         self.ch = connect(dsn, database)
         if migrate:  # idempotent: creates the database and applies pending migrations (training_steps among them)
-            from processors.clickhouse.migrations import migrate as run_migrations
+            from agl_stream_processors.clickhouse.migrations import migrate as run_migrations
 
             run_migrations(self.ch)
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from agl_stream.config import Settings
 from agl_stream.types import LLM, ResourcesUpdate
 
-from trainer.engines.base import InferenceEngine, Weights
+from agl_stream_trainer.engines.base import InferenceEngine, Weights
 
 logger = logging.getLogger(__name__)
 

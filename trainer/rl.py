@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from agl_stream.algorithm import Algorithm, PairedComparison, RolloutResults, paired_comparison, rewards_of, run_dataset
-from trainer.config import TrainerConfig
-from trainer.metrics import JsonlSink
-from trainer.scheduler import SchedulerConfig
-from trainer.service import TrainerService
+from agl_stream_trainer.config import TrainerConfig
+from agl_stream_trainer.metrics import JsonlSink
+from agl_stream_trainer.scheduler import SchedulerConfig
+from agl_stream_trainer.service import TrainerService
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from agl_stream.config import Settings
 
-from trainer.backends.hf import HFPolicy
-from trainer.checkpoint import CheckpointManager
-from trainer.config import TrainerConfig
-from trainer.learner import Learner
-from trainer.metrics import ClickHouseSink, JsonlSink, LogSink, MetricsHub, optional_sinks
-from trainer.publisher import WeightPublisher
+from agl_stream_trainer.backends.hf import HFPolicy
+from agl_stream_trainer.checkpoint import CheckpointManager
+from agl_stream_trainer.config import TrainerConfig
+from agl_stream_trainer.learner import Learner
+from agl_stream_trainer.metrics import ClickHouseSink, JsonlSink, LogSink, MetricsHub, optional_sinks
+from agl_stream_trainer.publisher import WeightPublisher
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ class TrainerService:
     async def _engine(self, model_dir: Path, model_name: str) -> Any:
         cfg = self.config.engine
         if cfg.kind == "embedded":
-            from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
-            from trainer.engines.generation import Generator
-            from trainer.models import load_model_and_tokenizer
+            from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+            from agl_stream_trainer.engines.generation import Generator
+            from agl_stream_trainer.models import load_model_and_tokenizer
 
             if cfg.attach_url:
                 return EmbeddedEngine(cfg.attach_url, model_name, publish_dir=self.settings.data_dir / "published")
@@ -69,7 +69,7 @@ class TrainerService:
             logger.info("embedded inference server at %s/v1", server.base_url)
             return EmbeddedEngine(server.base_url, model_name, generator=generator)
         if cfg.kind == "vllm":
-            from trainer.engines.vllm import VLLMEngine
+            from agl_stream_trainer.engines.vllm import VLLMEngine
 
             if cfg.attach_url:
                 return VLLMEngine(cfg.attach_url, model_name, model_dir)
@@ -81,7 +81,7 @@ class TrainerService:
     async def run(self) -> None:
         from agl_stream.kafka import RecordProducer
 
-        from trainer.models import load_model_and_tokenizer
+        from agl_stream_trainer.models import load_model_and_tokenizer
 
         cfg = self.config
         model, tokenizer, model_dir = await asyncio.to_thread(load_model_and_tokenizer, cfg.model)
@@ -141,7 +141,7 @@ class TrainerService:
         scheduler_task: Optional[asyncio.Task[None]] = None
         in_flight = None
         if cfg.scheduler is not None:
-            from trainer.scheduler import InFlight, TaskScheduler, load_dataset
+            from agl_stream_trainer.scheduler import InFlight, TaskScheduler, load_dataset
 
             if not cfg.scheduler.dataset:
                 raise ValueError("scheduler.dataset is required when a scheduler is configured")

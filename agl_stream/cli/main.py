@@ -20,15 +20,15 @@ from agl_stream.config import SettingsError
 #: name -> ("module:attribute" of a typer.Typer or a function, help, pip extra that provides it)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "broker": ("agl_stream.cli.broker:broker", "Run the local Kafka-protocol broker (Tansu).", "broker"),
-    "topics": ("topics.cli:app", "Create, list and describe the agl topics.", "base"),
-    "ingest": ("ingest.cli:app", "OTLP/HTTP trace receiver and LLM proxy feeding agl.spans.", "ingest"),
+    "topics": ("agl_stream_topics.cli:app", "Create, list and describe the agl topics.", "base"),
+    "ingest": ("agl_stream_ingest.cli:app", "OTLP/HTTP trace receiver and LLM proxy feeding agl.spans.", "ingest"),
     "runner": ("agl_stream.runner.cli:runner", "Run an agent on agl.tasks (spans to agl.spans).", "base"),
-    "clickhouse": ("processors.cli:clickhouse", "ClickHouse schema migrations and the Kafka -> ClickHouse sinks.", "processors"),
-    "sql": ("processors.cli:sql", "Run SQL or a saved query on the agl ClickHouse tables.", "processors"),
-    "replay": ("processors.cli:replay", "Re-derive triplets from stored spans with another adapter.", "processors"),
-    "processors": ("processors.service_cli:processors", "Run the stream processors (state machine, triplets, sinks) as one service.", "processors"),
-    "trainer": ("trainer.cli:trainer", "Run the task scheduler and the learner (GRPO/PPO) as a service.", "trainer"),
-    "serve": ("trainer.cli:serve", "Serve a transformers model on CPU with an OpenAI-compatible API.", "trainer"),
+    "clickhouse": ("agl_stream_processors.cli:clickhouse", "ClickHouse schema migrations and the Kafka -> ClickHouse sinks.", "processors"),
+    "sql": ("agl_stream_processors.cli:sql", "Run SQL or a saved query on the agl ClickHouse tables.", "processors"),
+    "replay": ("agl_stream_processors.cli:replay", "Re-derive triplets from stored spans with another adapter.", "processors"),
+    "processors": ("agl_stream_processors.service_cli:processors", "Run the stream processors (state machine, triplets, sinks) as one service.", "processors"),
+    "trainer": ("agl_stream_trainer.cli:trainer", "Run the task scheduler and the learner (GRPO/PPO) as a service.", "trainer"),
+    "serve": ("agl_stream_trainer.cli:serve", "Serve a transformers model on CPU with an OpenAI-compatible API.", "trainer"),
 }
 
 app = typer.Typer(

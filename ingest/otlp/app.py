@@ -22,13 +22,13 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from agl_stream.config import Settings
-from ingest.http import add_operations, read_body_within
-from ingest.metrics import SPANS_REJECTED
-from ingest.options import IngestOptions
-from ingest.otlp.decode import OtlpDecodeError, Rejection, parse_json, parse_protobuf, to_spans
-from ingest.publisher import PublishError, RecordTooLarge, SpanPublisher
-from ingest.security import check_token, decode_content_encoding
-from ingest.sequence import SequenceAllocator
+from agl_stream_ingest.http import add_operations, read_body_within
+from agl_stream_ingest.metrics import SPANS_REJECTED
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.otlp.decode import OtlpDecodeError, Rejection, parse_json, parse_protobuf, to_spans
+from agl_stream_ingest.publisher import PublishError, RecordTooLarge, SpanPublisher
+from agl_stream_ingest.security import check_token, decode_content_encoding
+from agl_stream_ingest.sequence import SequenceAllocator
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from agl_stream.semconv import LightningResourceAttributes
 from agl_stream.types import Span
-from ingest.sequence import SequenceAllocator
+from agl_stream_ingest.sequence import SequenceAllocator
 
 ROLLOUT_KEY = LightningResourceAttributes.ROLLOUT_ID.value
 ATTEMPT_KEY = LightningResourceAttributes.ATTEMPT_ID.value

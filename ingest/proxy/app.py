@@ -30,11 +30,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agl_stream.config import Settings
 from agl_stream.tracer.sizing import fit_span
 from agl_stream.types import Span
-from ingest.http import add_operations, read_body_within
-from ingest.metrics import BACKEND_LATENCY, SPANS_REJECTED, SPANS_TRUNCATED
-from ingest.options import IngestOptions
-from ingest.proxy import sse
-from ingest.proxy.backend import (
+from agl_stream_ingest.http import add_operations, read_body_within
+from agl_stream_ingest.metrics import BACKEND_LATENCY, SPANS_REJECTED, SPANS_TRUNCATED
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.proxy import sse
+from agl_stream_ingest.proxy.backend import (
     BackendRequest,
     call_backend,
     error_message,
@@ -43,12 +43,12 @@ from ingest.proxy.backend import (
     response_headers,
     shape_request,
 )
-from ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
-from ingest.proxy.config import ModelConfig, ProxyConfig
-from ingest.proxy.record import LlmCall, build_llm_span
-from ingest.publisher import PublishError, SpanPublisher
-from ingest.security import check_token
-from ingest.sequence import SequenceAllocator
+from agl_stream_ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
+from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig
+from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
+from agl_stream_ingest.publisher import PublishError, SpanPublisher
+from agl_stream_ingest.security import check_token
+from agl_stream_ingest.sequence import SequenceAllocator
 
 logger = logging.getLogger(__name__)
 

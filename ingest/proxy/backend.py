@@ -18,8 +18,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the
 import litellm  # noqa: E402  (after the environment default above)
 from litellm import Router  # noqa: E402
 
-from ingest.proxy.capture import Kind  # noqa: E402
-from ingest.proxy.config import ModelConfig, ProxyConfig  # noqa: E402
+from agl_stream_ingest.proxy.capture import Kind  # noqa: E402
+from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from agl_stream import semconv
 from agl_stream.ids import generate_span_id, generate_trace_id
 from agl_stream.semconv import LightningResourceAttributes
 from agl_stream.types import OtelResource, Span, SpanContext, TraceStatus
-from ingest.proxy.capture import Completion, Kind
+from agl_stream_ingest.proxy.capture import Completion, Kind
 
 TRACER_NAME = "agl-stream.llm-proxy"
 #: request parameters copied as ``gen_ai.request.<name>`` when present

@@ -1,6 +1,6 @@
 """Generate the Grafana dashboard from the saved queries, so the CLI and the panels never drift apart.
 
-Run ``python -m processors.analytics.grafana`` after changing a saved query; a test fails while
+Run ``python -m agl_stream_processors.analytics.grafana`` after changing a saved query; a test fails while
 ``deploy/grafana/dashboards/agl-stream.json`` differs from what this module builds. Panels use the
 ``grafana-clickhouse-datasource`` plugin (v4 query model); time series wrap the saved SQL in a
 ``$__timeFilter`` on the query's time column so the dashboard's time picker applies.
@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from processors.analytics.saved import SavedQuery, load_saved_queries
+from agl_stream_processors.analytics.saved import SavedQuery, load_saved_queries
+from agl_stream_processors.deploy_files import DEPLOY_DIR
 
 PLUGIN = "grafana-clickhouse-datasource"
 DASHBOARD_UID = "agl-stream-overview"
-DASHBOARD_PATH = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "agl-stream.json"
+DASHBOARD_PATH = DEPLOY_DIR / "grafana" / "dashboards" / "agl-stream.json"
 DATASOURCE = {"type": PLUGIN, "uid": "${datasource}"}
 FORMAT_TIME_SERIES, FORMAT_TABLE = 0, 1  # the plugin's Format enum
 _SIZE = {"timeseries": (12, 8), "table": (12, 8), "stat": (12, 4)}

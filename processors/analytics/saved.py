@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-QUERIES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "clickhouse" / "queries"
+from agl_stream_processors.deploy_files import DEPLOY_DIR
+
+QUERIES_DIR = DEPLOY_DIR / "clickhouse" / "queries"
 PANELS = ("table", "timeseries", "stat")
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
 

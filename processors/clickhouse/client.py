@@ -5,7 +5,7 @@ embedded engine (chdb) allows one data directory per process and its client is n
 thread-safe, so :class:`ClickHouse` serializes every call behind a lock; the ``a*`` methods run the
 blocking calls in a worker thread so an event loop running several sinks never blocks on them.
 Every call therefore goes through this one client, which is where the fault-injection failpoint
-(``AGL_CLICKHOUSE_FAILPOINT``, :mod:`processors.clickhouse.failpoint`) sits.
+(``AGL_CLICKHOUSE_FAILPOINT``, :mod:`agl_stream_processors.clickhouse.failpoint`) sits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import clickhouse_connect
 import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 
-from processors.clickhouse import failpoint
+from agl_stream_processors.clickhouse import failpoint
 
 DEFAULT_DATABASE = "agl"
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -3,7 +3,7 @@
 The embedded engine (chdb) lives inside the processors process, so unlike Kafka (a TCP proxy in
 front of the broker) there is no server to stop. This failpoint is the nearest real thing: set
 ``AGL_CLICKHOUSE_FAILPOINT=/path/to/file`` in the environment of a process; every client that
-process opens afterwards (:func:`processors.clickhouse.connect`) consults the file before each call
+process opens afterwards (:func:`agl_stream_processors.clickhouse.connect`) consults the file before each call
 that would reach the server (queries, commands, inserts):
 
 * the file is absent: the call goes through unchanged;

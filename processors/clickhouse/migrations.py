@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from processors.clickhouse.client import ClickHouse
+from agl_stream_processors.clickhouse.client import ClickHouse
+from agl_stream_processors.deploy_files import DEPLOY_DIR
 
 logger = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "clickhouse" / "migrations"
+MIGRATIONS_DIR = DEPLOY_DIR / "clickhouse" / "migrations"
 _FILE = re.compile(r"^(\d{4})_([A-Za-z0-9_]+)\.sql$")
 
 _BOOKKEEPING = """

@@ -1,7 +1,7 @@
-"""Topic records to table rows for every sink table except spans (see :mod:`processors.clickhouse.spans`).
+"""Topic records to table rows for every sink table except spans (see :mod:`agl_stream_processors.clickhouse.spans`).
 
 Each converter takes the decoded record (and the Kafka record time for fallbacks) and returns the
-row dicts it contributes; :class:`~processors.clickhouse.columns.RowError` marks a record that
+row dicts it contributes; :class:`~agl_stream_processors.clickhouse.columns.RowError` marks a record that
 cannot be stored.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, Trajectory, Worker
-from processors.clickhouse.columns import (
+from agl_stream_processors.clickhouse.columns import (
     STR_LIST,
     UTC_US,
     RowError,

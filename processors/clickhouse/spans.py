@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 import pyarrow as pa
 
 from agl_stream.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus
-from processors.clickhouse.columns import STR_LIST, STR_MAP, UTC_NS, RowError, seconds_to, to_json
+from agl_stream_processors.clickhouse.columns import STR_LIST, STR_MAP, UTC_NS, RowError, seconds_to, to_json
 
 SPAN_SCHEMA = pa.schema(
     [

@@ -22,10 +22,10 @@ from typing import Callable, Optional, Sequence
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
-from processors.clickhouse.client import ClickHouse, connect
-from processors.clickhouse.migrations import migrate, require_current
-from processors.sinks.sink import Sink, SinkOptions, SinkStats
-from processors.sinks.specs import resolve
+from agl_stream_processors.clickhouse.client import ClickHouse, connect
+from agl_stream_processors.clickhouse.migrations import migrate, require_current
+from agl_stream_processors.sinks.sink import Sink, SinkOptions, SinkStats
+from agl_stream_processors.sinks.specs import resolve
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from aiokafka.structs import ConsumerRecord
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.types import DeadLetter
-from processors.clickhouse.client import ClickHouse
-from processors.clickhouse.columns import ColumnBatch, RowError
-from processors.dlq import DeadLetterWriter
-from processors.sinks.specs import DEAD_LETTER_SPEC, SinkSpec
+from agl_stream_processors.clickhouse.client import ClickHouse
+from agl_stream_processors.clickhouse.columns import ColumnBatch, RowError
+from agl_stream_processors.dlq import DeadLetterWriter
+from agl_stream_processors.sinks.specs import DEAD_LETTER_SPEC, SinkSpec
 
 logger = logging.getLogger(__name__)
 

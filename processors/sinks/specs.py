@@ -9,8 +9,8 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, Span, Trajectory, Worker
-from processors.clickhouse import rows
-from processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
+from agl_stream_processors.clickhouse import rows
+from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
 
 RowsOf = Callable[[Any, Optional[int]], list[dict[str, Any]]]
 

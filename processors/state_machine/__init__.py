@@ -1,6 +1,6 @@
 """The rollout state machine: upstream's attempt/rollout status rules over Kafka topics (faust)."""
 
-from processors.state_machine.rules import Outcome, RolloutState, retry_attempt_id
+from agl_stream_processors.state_machine.rules import Outcome, RolloutState, retry_attempt_id
 
 __all__ = ["Outcome", "RolloutState", "RolloutStateMachine", "StateMachineOptions", "retry_attempt_id"]
 
@@ -8,7 +8,7 @@ __all__ = ["Outcome", "RolloutState", "RolloutStateMachine", "StateMachineOption
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # the faust app is imported on use, so the pure rules stay importable without faust
     if name in ("RolloutStateMachine", "StateMachineOptions", "CHANGELOG"):
-        from processors.state_machine import app
+        from agl_stream_processors.state_machine import app
 
         return getattr(app, name)
     raise AttributeError(name)

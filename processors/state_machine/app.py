@@ -1,7 +1,7 @@
 """The rollout state machine as a faust app: one agent over ``agl.tasks``, ``agl.attempts`` and ``agl.spans``.
 
 State lives in a faust Table (in memory, restored from a compacted changelog topic that ``run``
-pre-creates with ``topics.admin.ensure_topics`` and the rollout partition count; faust itself never
+pre-creates with ``agl_stream_topics.admin.ensure_topics`` and the rollout partition count; faust itself never
 declares topics). The three input topics are co-partitioned but not ordered with each other: a span
 or ``started`` event may be processed before its task; the rules merge whatever comes first. Each change publishes a
 :class:`~agl_stream.types.RolloutSnapshot` to the compacted ``agl.rollouts`` keyed by rollout_id.
@@ -54,13 +54,13 @@ from typing import Any, Optional
 from agl_stream.config import Settings
 from agl_stream.serialization import RecordError, decode, decode_envelope, encode
 from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
-from processors.dlq import DeadLetterWriter
-from processors.state_machine import rules
-from processors.state_machine.catchup import read_to_end
+from agl_stream_processors.dlq import DeadLetterWriter
+from agl_stream_processors.state_machine import rules
+from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream.client.store_client import CONTROL_HEADER
-from processors.state_machine.faust_config import app_options
-from processors.state_machine.rules import Outcome, RolloutState
-from topics.catalog import CATALOG, TopicSpec
+from agl_stream_processors.state_machine.faust_config import app_options
+from agl_stream_processors.state_machine.rules import Outcome, RolloutState
+from agl_stream_topics.catalog import CATALOG, TopicSpec
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class RolloutStateMachine:
         return app
 
     async def run(self, stop: asyncio.Event) -> None:
-        from topics.admin import ensure_topics
+        from agl_stream_topics.admin import ensure_topics
 
         await ensure_topics(self.settings, specs=[*CATALOG, CHANGELOG], strict=True)
         app = self.build_app()
@@ -408,7 +408,7 @@ class RolloutStateMachine:
         logger.info("state machine: %d input partitions without a committed offset replayed from the start", len(rewind))
 
     async def _catch_up(self) -> int:
-        """Apply changelog records faust's recovery missed (see :mod:`processors.state_machine.catchup`)."""
+        """Apply changelog records faust's recovery missed (see :mod:`agl_stream_processors.state_machine.catchup`)."""
         partitions = sorted({tp.partition for tp in self._app.consumer.assignment()})
         latest = await read_to_end(self.settings, CHANGELOG.name(self.settings), partitions)
         corrected = 0

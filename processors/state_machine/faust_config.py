@@ -1,6 +1,6 @@
 """faust App settings derived from :class:`~agl_stream.config.Settings` (broker list, security, timeouts).
 
-faust must never create or reconfigure the agl topics: they are created by ``topics.admin`` with the
+faust must never create or reconfigure the agl topics: they are created by ``agl_stream_topics.admin`` with the
 catalog's partition counts (the changelog too), so ``topic_allow_declare`` is off.
 """
 

@@ -44,8 +44,8 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer, connection_options, start_with_retry
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, Span, Trajectory, Triplet
-from processors.dlq import DeadLetterWriter
-from processors.triplets.buffer import AttemptBuffer, PendingAttempt, SpanOutcome
+from agl_stream_processors.dlq import DeadLetterWriter
+from agl_stream_processors.triplets.buffer import AttemptBuffer, PendingAttempt, SpanOutcome
 
 logger = logging.getLogger(__name__)
 

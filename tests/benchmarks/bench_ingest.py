@@ -43,12 +43,12 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 from agl_stream.broker import LocalBroker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.serialization import encode  # noqa: E402
-from ingest.otlp.decode import to_spans  # noqa: E402
-from ingest.sequence import SequenceAllocator  # noqa: E402
+from agl_stream_ingest.otlp.decode import to_spans  # noqa: E402
+from agl_stream_ingest.sequence import SequenceAllocator  # noqa: E402
 from tests.ingest.fake_backend import create_fake_backend  # noqa: E402
 from tests.ingest.helpers import ServedApp, free_port  # noqa: E402
 from tests.ingest.otlp_samples import attempt_resource, export_request, otlp_span  # noqa: E402
-from topics.admin import ensure_topics  # noqa: E402
+from agl_stream_topics.admin import ensure_topics  # noqa: E402
 
 PB = {"Content-Type": "application/x-protobuf"}
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
@@ -162,9 +162,9 @@ def proxy_overhead(direct_url: str, proxy_url: str, model: str, calls: int) -> d
 
 def _embedded_backend(tmp: Path) -> Optional[tuple[Any, Any, str]]:
     try:
-        from trainer.engines.embedded import EmbeddedServer
-        from trainer.engines.generation import Generator
-        from trainer.models import build_tiny_model, load_model_and_tokenizer
+        from agl_stream_trainer.engines.embedded import EmbeddedServer
+        from agl_stream_trainer.engines.generation import Generator
+        from agl_stream_trainer.models import build_tiny_model, load_model_and_tokenizer
     except ImportError as exc:
         print(f"embedded backend skipped: {exc}")
         return None

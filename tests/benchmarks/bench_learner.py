@@ -2,7 +2,7 @@
 
 Numbers (one run, same model):
 
-* ``learner``: one GRPO step (``trainer.algorithms.grpo.train_step``: recompute pi_old, PPO-clip
+* ``learner``: one GRPO step (``agl_stream_trainer.algorithms.grpo.train_step``: recompute pi_old, PPO-clip
   loss, backward, AdamW) on a synthetic batch of ``--batch`` sequences of ``--prompt`` +
   ``--response`` tokens: seconds per step (median of ``--steps`` after one warm-up), tokens/s
   over all tokens and over response tokens, and on a GPU the model FLOPs utilization
@@ -39,13 +39,13 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from agl_stream.types import Trajectory, Triplet  # noqa: E402
-from trainer.algorithms.batch import collate, rows_from_trajectories  # noqa: E402
-from trainer.algorithms.grpo import GRPOConfig, train_step  # noqa: E402
-from trainer.backends.hf import BackendConfig, HFPolicy, OptimConfig, unique_state_dict  # noqa: E402
-from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer  # noqa: E402
-from trainer.engines.generation import Generator  # noqa: E402
-from trainer.engines.vllm import vllm_available  # noqa: E402
-from trainer.models import build_tiny_model, cache_dir, load_model_and_tokenizer  # noqa: E402
+from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories  # noqa: E402
+from agl_stream_trainer.algorithms.grpo import GRPOConfig, train_step  # noqa: E402
+from agl_stream_trainer.backends.hf import BackendConfig, HFPolicy, OptimConfig, unique_state_dict  # noqa: E402
+from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer  # noqa: E402
+from agl_stream_trainer.engines.generation import Generator  # noqa: E402
+from agl_stream_trainer.engines.vllm import vllm_available  # noqa: E402
+from agl_stream_trainer.models import build_tiny_model, cache_dir, load_model_and_tokenizer  # noqa: E402
 
 
 def random_llama(directory: Path, size: str) -> Path:
@@ -54,7 +54,7 @@ def random_llama(directory: Path, size: str) -> Path:
     hidden, layers, heads, inter = shapes[size]
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.models import load_smollm2_tokenizer
+    from agl_stream_trainer.models import load_smollm2_tokenizer
 
     tok = load_smollm2_tokenizer()
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -137,7 +137,7 @@ async def bench_publish(model_dir: Path, args: argparse.Namespace) -> dict[str, 
         generator.close()
     ok, reason = vllm_available()
     if ok:
-        from trainer.engines.vllm import VLLMEngine
+        from agl_stream_trainer.engines.vllm import VLLMEngine
 
         engine = await VLLMEngine.launch(model_dir, "bench", port=args.vllm_port, extra_args=["--enforce-eager"])
         try:
@@ -174,7 +174,7 @@ def main() -> None:
     if args.model is None:
         model_dir = random_llama(Path(tempfile.mkdtemp()) / "rand", args.random_size) if gpu else build_tiny_model(cache_dir() / "tiny-llama")
     elif args.model in ("tiny", "smollm2"):
-        from trainer.models import resolve_model_dir
+        from agl_stream_trainer.models import resolve_model_dir
 
         model_dir = resolve_model_dir(args.model)
     else:

@@ -36,9 +36,9 @@ from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.serialization import decode  # noqa: E402
 from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, RolloutSnapshot, Span  # noqa: E402
-from processors.state_machine import RolloutStateMachine, StateMachineOptions  # noqa: E402
-from processors.triplets import TripletProcessor, TripletProcessorOptions  # noqa: E402
-from topics.admin import ensure_topics  # noqa: E402
+from agl_stream_processors.state_machine import RolloutStateMachine, StateMachineOptions  # noqa: E402
+from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions  # noqa: E402
+from agl_stream_topics.admin import ensure_topics  # noqa: E402
 
 TOKENS = 128
 

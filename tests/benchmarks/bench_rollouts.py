@@ -173,8 +173,8 @@ async def sample_spans(settings: Settings, n: int) -> tuple[list[Any], float]:
 
 
 def raw_insert_rate(ch: Any, spans: list[Any], min_rows: int = 5000) -> float:
-    from processors.clickhouse.columns import ColumnBatch
-    from processors.sinks.specs import SINKS
+    from agl_stream_processors.clickhouse.columns import ColumnBatch
+    from agl_stream_processors.sinks.specs import SINKS
 
     spec = SINKS["spans"]
     batch = ColumnBatch(spec.schema)
@@ -285,7 +285,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         stack.stop()
         rss.stop()
 
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     ch = connect(settings.effective_clickhouse_dsn)
     try:

@@ -107,7 +107,7 @@ async def runner_rate(settings: Settings, rollouts: int, concurrency: int) -> di
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    from topics.admin import ensure_topics
+    from agl_stream_topics.admin import ensure_topics
 
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
     broker = None if bootstrap else LocalBroker().start()

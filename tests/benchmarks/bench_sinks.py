@@ -35,11 +35,11 @@ from agl_stream.broker import LocalBroker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.types import Span, SpanContext, Trajectory, Triplet  # noqa: E402
-from processors.clickhouse import ClickHouse, connect, migrate  # noqa: E402
-from processors.clickhouse.columns import ColumnBatch  # noqa: E402
-from processors.sinks import SinkOptions, SinkService  # noqa: E402
-from processors.sinks.specs import SINKS  # noqa: E402
-from topics.admin import ensure_topics  # noqa: E402
+from agl_stream_processors.clickhouse import ClickHouse, connect, migrate  # noqa: E402
+from agl_stream_processors.clickhouse.columns import ColumnBatch  # noqa: E402
+from agl_stream_processors.sinks import SinkOptions, SinkService  # noqa: E402
+from agl_stream_processors.sinks.specs import SINKS  # noqa: E402
+from agl_stream_topics.admin import ensure_topics  # noqa: E402
 
 TOKENS = 256
 

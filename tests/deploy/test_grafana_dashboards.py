@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.analytics.grafana import DASHBOARD_PATH, PLUGIN, build_dashboard, render
-from processors.clickhouse import ClickHouse
+from agl_stream_processors.analytics.grafana import DASHBOARD_PATH, PLUGIN, build_dashboard, render
+from agl_stream_processors.clickhouse import ClickHouse
 from tests.processors.clickhouse.store import populate
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
@@ -26,7 +26,7 @@ def expand_macros(sql: str, start: float, end: float) -> str:
 
 
 def test_committed_dashboard_matches_the_saved_queries() -> None:
-    assert DASHBOARD_PATH.read_text() == render(build_dashboard()), "run: python -m processors.analytics.grafana"
+    assert DASHBOARD_PATH.read_text() == render(build_dashboard()), "run: python -m agl_stream_processors.analytics.grafana"
 
 
 def test_every_panel_query_returns_the_expected_columns(ch: ClickHouse) -> None:

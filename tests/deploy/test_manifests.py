@@ -475,7 +475,7 @@ def trainer_configs() -> list[tuple[str, str, set[str]]]:
 
 def test_trainer_configs_are_valid_and_reach_their_engine() -> None:
     """The shipped trainer.yaml files load in the real TrainerConfig and attach to a server that exists."""
-    from trainer.config import TrainerConfig
+    from agl_stream_trainer.config import TrainerConfig
 
     for where, text, hosts in trainer_configs():
         config = TrainerConfig.model_validate(yaml.safe_load(text))

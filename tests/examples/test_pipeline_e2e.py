@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_short_rl_run_through_every_stage(tmp_path: Path) -> None:
     from examples.demo import load_steps_into_clickhouse, trainer_config
-    from processors.clickhouse import connect
-    from trainer.rl import RL
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_trainer.rl import RL
 
     rows = [json.loads(line) for line in (ROOT / "examples/arithmetic/data/train.jsonl").read_text().splitlines()]
     settings = Settings.from_env(env={}, data_dir=tmp_path / "agl", partitions=2, kafka_session_timeout_ms=6000)

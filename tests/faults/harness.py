@@ -208,7 +208,7 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
     two attempts of one rollout); ``lost`` counts expected keys without a row, plus rollouts whose
     task name or final reward is missing or wrong. ``store``: a DSN, or a client this process holds.
     """
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     ids = list(enqueued.tasks)
     problems: list[str] = []
@@ -328,7 +328,7 @@ class ProcessorEnvPipeline(Pipeline):
 
 
 def clickhouse_failpoint(path: Path, delay: Optional[float] = None) -> None:
-    """Arm the failpoint file (see :mod:`processors.clickhouse.failpoint`): an outage, or ``delay`` s per call.
+    """Arm the failpoint file (see :mod:`agl_stream_processors.clickhouse.failpoint`): an outage, or ``delay`` s per call.
     Written atomically so the processors never read a half-written file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("" if delay is None else f"{delay}")

@@ -65,8 +65,8 @@ def assert_clean(raw: bytes, model: type[BaseModel]) -> BaseModel | None:
 
 def sink_rows_or_rejected(value: BaseModel) -> None:
     """What a sink does with a decoded record: rows that convert to Arrow, or an error it dead-letters."""
-    from processors.clickhouse.columns import ColumnBatch, RowError
-    from processors.sinks.specs import SINKS
+    from agl_stream_processors.clickhouse.columns import ColumnBatch, RowError
+    from agl_stream_processors.sinks.specs import SINKS
 
     specs = [s for s in SINKS.values() if s.model is type(value)]
     for spec in specs:
@@ -221,7 +221,7 @@ def test_task_records_with_bad_attempts_are_rejected(data: st.DataObject) -> Non
        kind=st.sampled_from(["started", "heartbeat", "finished"]), status=st.sampled_from(["succeeded", "failed", None]))  # fmt: skip
 def test_events_for_unknown_rollouts_change_nothing(rollout_id: str, attempt_id: str, kind: str, status: Any) -> None:
     from agl_stream import AttemptEvent
-    from processors.state_machine.rules import on_activity, on_attempt_event, on_cancel
+    from agl_stream_processors.state_machine.rules import on_activity, on_attempt_event, on_cancel
     from agl_stream.types import RolloutControl
 
     try:

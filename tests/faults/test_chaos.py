@@ -98,7 +98,7 @@ async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
     result, pipe = await run_scenario(workdir, "sigkill-runner", n, kill_runner, sleep=0.05, config=RETRY_SILENT,
                                       processor_args=ORPHAN_ARGS)  # fmt: skip
     # the kill interrupted attempts that another runner then ran to success
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     ch = connect(str(pipe.settings.effective_clickhouse_dsn))  # type: ignore[union-attr]
     try:

@@ -9,7 +9,7 @@ chdb is embedded in the processors process (one process per data directory), so 
 server to stop, and the tests run as root, so file permissions cannot take the data away either.
 The fault is injected at the ClickHouse client seam instead, the way the TCP proxy does it for
 Kafka: the processors start with ``AGL_CLICKHOUSE_FAILPOINT=<file>``
-(:mod:`processors.clickhouse.failpoint`, read once at connect time; unset, it costs nothing).
+(:mod:`agl_stream_processors.clickhouse.failpoint`, read once at connect time; unset, it costs nothing).
 While the file exists, every call through the sinks' client raises
 ``clickhouse_connect.driver.exceptions.OperationalError`` (what clickhouse-connect raises for an
 unreachable server); if the file holds a number, every call first sleeps that many seconds and
@@ -39,7 +39,7 @@ from typing import Any, Awaitable, Callable, Optional
 import pytest
 
 from agl_stream.client import StoreClient
-from processors.clickhouse.failpoint import ENV as FAILPOINT_ENV
+from agl_stream_processors.clickhouse.failpoint import ENV as FAILPOINT_ENV
 from tests.faults.harness import (
     Audit,
     Enqueued,

@@ -39,9 +39,9 @@ from agl_stream.execution.process import ServiceProcess, agl_command
 from agl_stream.kafka import RecordProducer
 from agl_stream.types import Trajectory, Triplet
 from tests.faults.report import report
-from trainer.checkpoint import STATE_FILE, CheckpointManager
-from trainer.config import TrainerConfig
-from trainer.metrics import StepMetrics, read_jsonl_metrics
+from agl_stream_trainer.checkpoint import STATE_FILE, CheckpointManager
+from agl_stream_trainer.config import TrainerConfig
+from agl_stream_trainer.metrics import StepMetrics, read_jsonl_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -55,7 +55,7 @@ def reduced_or_full(reduced: tuple[int, ...], full: tuple[int, ...]) -> list[obj
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.models import build_tiny_model
+    from agl_stream_trainer.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", seed=0)
 
@@ -148,8 +148,8 @@ def policy_at(config: TrainerConfig, model_dir: Path, checkpoint: Path, *,
               fresh_optimizer: bool = False) -> tuple[Any, int]:  # fmt: skip
     """A policy with ``checkpoint``'s weights and (unless ``fresh_optimizer``) its optimizer and LR
     schedule, and the tokenizer's pad token id."""
-    from trainer.backends.hf import HFPolicy
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.backends.hf import HFPolicy
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     model, tokenizer, _ = load_model_and_tokenizer(str(model_dir))
     policy = HFPolicy(model, config.optim, config.backend)
@@ -164,8 +164,8 @@ def policy_at(config: TrainerConfig, model_dir: Path, checkpoint: Path, *,
 
 def train(policy_and_pad: tuple[Any, int], config: TrainerConfig, batches: list[list[Trajectory]]) -> Any:
     """The policy after one learner step per batch, in order (what the learner does with them)."""
-    from trainer.algorithms.batch import collate, rows_from_trajectories
-    from trainer.algorithms.grpo import train_step
+    from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+    from agl_stream_trainer.algorithms.grpo import train_step
 
     policy, pad_token_id = policy_and_pad
     algo = config.algorithm

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from agl_stream.serialization import decode, encode
 from agl_stream.types import Span
-from ingest.otlp.decode import OtlpDecodeError, parse_json, parse_protobuf, to_spans
-from ingest.sequence import SequenceAllocator
+from agl_stream_ingest.otlp.decode import OtlpDecodeError, parse_json, parse_protobuf, to_spans
+from agl_stream_ingest.sequence import SequenceAllocator
 from tests.ingest.otlp_samples import attempt_resource, export_request, otlp_span
 
 

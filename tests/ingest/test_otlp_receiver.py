@@ -14,8 +14,8 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from agl_stream.config import Settings
-from ingest.options import IngestOptions
-from ingest.otlp.app import create_app
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.otlp.app import create_app
 from tests.ingest.helpers import ServedApp, read_spans
 from tests.ingest.otlp_samples import attempt_resource, export_request, otlp_span
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agl_stream.config import Settings
-from ingest.options import IngestOptions
-from ingest.otlp.app import create_app
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.otlp.app import create_app
 from tests.ingest.helpers import ServedApp
 
 pytestmark = pytest.mark.integration
@@ -21,8 +21,8 @@ PROGRAM = Path(__file__).with_name("otel_program.py")
 
 @pytest.mark.parametrize("encoding", ["protobuf", "json"])
 async def test_plain_otel_program_spans_land_in_clickhouse(topics: Settings, encoding: str) -> None:
-    from processors.clickhouse import connect
-    from processors.sinks import run_sinks
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.sinks import run_sinks
 
     rollout_id = "ro-00000000c11c" if encoding == "json" else "ro-00000000c11b"
     with ServedApp(create_app(topics, IngestOptions())) as receiver:

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from agl_stream.config import Settings
-from ingest.options import IngestOptions
-from ingest.proxy.app import create_app
-from ingest.proxy.config import ProxyConfig
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.proxy.app import create_app
+from agl_stream_ingest.proxy.config import ProxyConfig
 from tests.ingest.fake_backend import POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
 from tests.ingest.helpers import ServedApp, read_spans
 

@@ -13,9 +13,9 @@ import openai
 import pytest
 
 from agl_stream.config import Settings
-from ingest.options import IngestOptions
-from ingest.proxy.app import create_app
-from ingest.proxy.config import ProxyConfig
+from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.proxy.app import create_app
+from agl_stream_ingest.proxy.config import ProxyConfig
 from tests.ingest.helpers import ServedApp, read_spans
 
 pytestmark = pytest.mark.integration
@@ -28,9 +28,9 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     """(base URL, tokenizer) of a running embedded server; skipped with the reason if it cannot run."""
     try:
-        from trainer.engines.embedded import EmbeddedServer
-        from trainer.engines.generation import Generator
-        from trainer.models import build_tiny_model, load_model_and_tokenizer
+        from agl_stream_trainer.engines.embedded import EmbeddedServer
+        from agl_stream_trainer.engines.generation import Generator
+        from agl_stream_trainer.models import build_tiny_model, load_model_and_tokenizer
     except ImportError as exc:  # the trainer extra (torch, transformers) is not installed
         pytest.skip(f"embedded server unavailable: {exc}")
     directory: Path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", seed=0)

@@ -10,13 +10,13 @@ import pytest
 from fastapi import HTTPException
 
 from agl_stream.config import SettingsError
-from ingest.proxy import sse
-from ingest.proxy.backend import shape_request
-from ingest.proxy.capture import StreamAccumulator, from_response, policy_version
-from ingest.proxy.config import CONFIG_ENV, ProxyConfig
-from ingest.proxy.record import LlmCall, build_llm_span
-from ingest.security import decode_content_encoding
-from ingest.sequence import SequenceAllocator
+from agl_stream_ingest.proxy import sse
+from agl_stream_ingest.proxy.backend import shape_request
+from agl_stream_ingest.proxy.capture import StreamAccumulator, from_response, policy_version
+from agl_stream_ingest.proxy.config import CONFIG_ENV, ProxyConfig
+from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
+from agl_stream_ingest.security import decode_content_encoding
+from agl_stream_ingest.sequence import SequenceAllocator
 
 VLLM = {"model_name": "qwen", "litellm_params": {"model": "hosted_vllm/qwen", "api_base": "http://gpu:8000/v1"}}
 OPENAI = {"model_name": "gpt", "litellm_params": {"model": "openai/gpt-4o-mini", "api_key": "sk-x"}}

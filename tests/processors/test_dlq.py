@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
-from processors.dlq import DeadLetterWriter
+from agl_stream_processors.dlq import DeadLetterWriter
 
 
 def record(value: bytes) -> ConsumerRecord:

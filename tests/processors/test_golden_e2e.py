@@ -22,7 +22,7 @@ CALLS = {"r1": ([1, 2, 3], [4, 5]), "r2": ([6, 7], [8]), "r3": ([9], [10, 11])}
 
 
 def _run(tmp_path: Path, adapter: str | None) -> list[dict]:
-    from processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import connect
 
     settings = Settings.from_env(env={}, data_dir=tmp_path / "agl", partitions=2, kafka_session_timeout_ms=6000)
     report = Trainer(n_runners=1, adapter=adapter, settings=settings).fit(golden_agent, [{"final": 1.0}, {"final": 2.0}])

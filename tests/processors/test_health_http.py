@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from processors.health_http import HealthServer
+from agl_stream_processors.health_http import HealthServer
 
 
 async def test_health_endpoint_reflects_app_status() -> None:

@@ -13,9 +13,9 @@ from agl_stream import semconv
 from agl_stream.adapter import TracerTraceToTriplet
 from agl_stream.config import Settings
 from agl_stream.types import Span, Trajectory
-from processors.cli import replay as replay_command
-from processors.clickhouse import ClickHouse
-from processors.replay import ReplayError, Selection, parse_since, publish_to_topic, read_spans, replay, write_to_table
+from agl_stream_processors.cli import replay as replay_command
+from agl_stream_processors.clickhouse import ClickHouse
+from agl_stream_processors.replay import ReplayError, Selection, parse_since, publish_to_topic, read_spans, replay, write_to_table
 from tests.processors.clickhouse.store import ch, insert_records, make_snapshot, make_span, store_dsn  # noqa: F401
 
 T0 = 1_800_000_000.0
@@ -68,13 +68,13 @@ def test_another_adapter_configuration_changes_the_triplets(ch: ClickHouse, stor
     cols, rows = ch.query_rows("SELECT Adapter, PromptTokenIds, Reward FROM triplets FINAL")
     assert rows == [("replay:write-only", [100, 2], 1.0)]
     # replayed rows stay out of the live analytics
-    from processors.analytics import get_saved_query
+    from agl_stream_processors.analytics import get_saved_query
 
     assert ch.query_rows(get_saved_query("reward_by_policy_version").sql)[1] == []
 
 
 def test_adapter_errors_are_reported_per_attempt_and_non_triplet_adapters_refused(ch: ClickHouse, stored: dict[str, list[Span]]) -> None:  # noqa: F811
-    from processors.replay import ReplayReport
+    from agl_stream_processors.replay import ReplayReport
 
     def flaky(spans: list[Span]) -> list:
         if spans[0].rollout_id.endswith("a"):

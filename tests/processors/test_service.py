@@ -18,7 +18,7 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.serialization import decode
 from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, RolloutSnapshot, Trajectory
-from processors.service import ProcessorService, resolve
+from agl_stream_processors.service import ProcessorService, resolve
 
 from tests.agl_stream.adapter.spans import SpanBuilder
 
@@ -129,7 +129,7 @@ def test_cli_runs_until_sigterm_and_exits_cleanly(settings: Settings, tmp_path: 
     }
     cmd = [sys.executable, "-m", "agl_stream.cli.main", "processors", "triplets",
            "--health-interval", "0.2", "--health-file", str(health)]  # fmt: skip
-    from topics.admin import ensure_topics
+    from agl_stream_topics.admin import ensure_topics
 
     asyncio.run(ensure_topics(settings))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

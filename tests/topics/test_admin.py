@@ -7,8 +7,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from agl_stream import Settings
 from agl_stream.kafka import connection_options
-from topics.admin import TopicMismatchError, describe_topics, ensure_topics
-from topics.catalog import CATALOG, spec
+from agl_stream_topics.admin import TopicMismatchError, describe_topics, ensure_topics
+from agl_stream_topics.catalog import CATALOG, spec
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from agl_stream.types import Trajectory, Triplet
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.models import build_tiny_model
+    from agl_stream_trainer.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", seed=0)
 
@@ -21,7 +21,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def tiny(tiny_model_dir: Path) -> tuple[Any, Any]:
     """A fresh (model, tokenizer) pair, identical weights every time."""
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
     return model, tokenizer

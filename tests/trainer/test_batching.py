@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agl_stream.types import Trajectory
-from trainer.batching import BatcherConfig, GroupAssembler
+from agl_stream_trainer.batching import BatcherConfig, GroupAssembler
 
 from .conftest import make_group
 

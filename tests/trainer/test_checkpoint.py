@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from trainer.algorithms.batch import collate, rows_from_trajectories
-from trainer.algorithms.grpo import GRPOConfig, train_step
-from trainer.backends.hf import HFPolicy, OptimConfig
-from trainer.checkpoint import CheckpointManager, TrainerState
+from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+from agl_stream_trainer.algorithms.grpo import GRPOConfig, train_step
+from agl_stream_trainer.backends.hf import HFPolicy, OptimConfig
+from agl_stream_trainer.checkpoint import CheckpointManager, TrainerState
 
 from .conftest import make_group
 
 
 def test_save_load_roundtrip(tiny, tiny_model_dir, tmp_path) -> None:
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     model, tokenizer = tiny
     optim = OptimConfig(lr=1e-3, warmup_steps=3)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trainer.config import TrainerConfig
+from agl_stream_trainer.config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

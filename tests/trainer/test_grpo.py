@@ -8,8 +8,8 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from agl_stream.types import Trajectory, Triplet
-from trainer.algorithms.batch import collate, rows_from_trajectories
-from trainer.algorithms.grpo import (
+from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+from agl_stream_trainer.algorithms.grpo import (
     GRPOConfig,
     compute_advantages,
     evaluate,
@@ -18,7 +18,7 @@ from trainer.algorithms.grpo import (
     train_step,
     truncated_is_weights,
 )
-from trainer.backends.hf import HFPolicy, OptimConfig
+from agl_stream_trainer.backends.hf import HFPolicy, OptimConfig
 
 from .conftest import make_group
 
@@ -143,7 +143,7 @@ def test_micro_batches_give_the_same_gradient(tiny) -> None:
     cfg = GRPOConfig()
     grads = []
     for tokens in (100_000, 1):  # one micro batch vs one row per micro batch
-        from trainer.backends.hf import BackendConfig
+        from agl_stream_trainer.backends.hf import BackendConfig
 
         policy = HFPolicy(model, OptimConfig(lr=1e-3), BackendConfig(micro_batch_tokens=tokens))
         prep = prepare(policy, batch, cfg)
@@ -151,7 +151,7 @@ def test_micro_batches_give_the_same_gradient(tiny) -> None:
         actor = cfg.actor_config()
         rows = torch.arange(batch.num_sequences)
         info = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.num_sequences}
-        from trainer.algorithms.grpo import _micro_rows
+        from agl_stream_trainer.algorithms.grpo import _micro_rows
 
         policy.zero_grad()
         for micro in _micro_rows(policy, batch, rows):

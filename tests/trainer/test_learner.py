@@ -12,15 +12,15 @@ from safetensors.torch import load_file
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.types import ResourcesUpdate
-from trainer.algorithms.batch import collate, rows_from_trajectories
-from trainer.algorithms.grpo import GRPOConfig, evaluate, prepare
-from trainer.backends.hf import HFPolicy, OptimConfig
-from trainer.batching import BatcherConfig
-from trainer.checkpoint import CheckpointManager
-from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
-from trainer.engines.generation import Generator
-from trainer.learner import Learner
-from trainer.publisher import WeightPublisher
+from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+from agl_stream_trainer.algorithms.grpo import GRPOConfig, evaluate, prepare
+from agl_stream_trainer.backends.hf import HFPolicy, OptimConfig
+from agl_stream_trainer.batching import BatcherConfig
+from agl_stream_trainer.checkpoint import CheckpointManager
+from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+from agl_stream_trainer.engines.generation import Generator
+from agl_stream_trainer.learner import Learner
+from agl_stream_trainer.publisher import WeightPublisher
 
 from .conftest import make_group, produce_trajectories
 
@@ -52,7 +52,7 @@ async def test_grpo_step_from_real_triplets_then_publish(topics: Settings, tiny,
     await produce_trajectories(settings, trajectories)
 
     # the embedded server runs its own copy of the initial weights
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     served_model, served_tok, _ = load_model_and_tokenizer(str(tiny_model_dir))
     generator = Generator(served_model, served_tok)
@@ -115,7 +115,7 @@ async def test_stale_triplets_never_reach_the_optimizer(topics: Settings, tiny, 
     await produce_trajectories(settings, fresh + mixed)
 
     seen_versions: list[int] = []
-    import trainer.learner as learner_module
+    import agl_stream_trainer.learner as learner_module
 
     real_step = learner_module.train_step
 
@@ -142,7 +142,7 @@ async def test_stale_triplets_never_reach_the_optimizer(topics: Settings, tiny, 
 
 async def test_checkpoint_kill_resume_continues_version_and_offsets(topics: Settings, tiny_model_dir, tmp_path) -> None:
     settings = topics
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     groups = [make_group(f"c{i}", [1.0, 0.0], seed=20 + i) for i in range(3)]
     for g in groups:  # one group per partition key set; order within a partition is kept
@@ -190,8 +190,8 @@ async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position
     group is still assembling: the checkpoint's position (first record not done) then lies before
     records it already trained, or at the partition's start when nothing was committable yet. The
     resumed learner replays from the position and must not train those records a second time."""
-    from topics.admin import ensure_topics
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_topics.admin import ensure_topics
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     settings = settings.model_copy(update={"partitions": 1})  # one partition: offsets follow the produce order
     assert (await ensure_topics(settings, strict=True)).ok
@@ -263,4 +263,4 @@ async def test_undecodable_triplet_records_go_to_the_dlq(topics: Settings, tiny)
     finally:
         await dlq.stop(commit=False)
     assert len(letters) == 1 and letters[0].payload == b'{"not": "an envelope"}'
-    assert "envelope" in letters[0].reason and letters[0].processor == "trainer.batching"
+    assert "envelope" in letters[0].reason and letters[0].processor == "agl_stream_trainer.batching"

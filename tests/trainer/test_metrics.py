@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agl_stream.config import Settings
-from trainer.metrics import ClickHouseSink, MetricsHub, StepMetrics
+from agl_stream_trainer.metrics import ClickHouseSink, MetricsHub, StepMetrics
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ def test_a_failing_sink_does_not_stop_the_others() -> None:
 
 def test_jsonl_steps_name_the_rollouts_they_trained_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Fault-injection audits rebuild the training history from this file across learner restarts."""
-    from trainer.metrics import JsonlSink, read_jsonl_metrics
+    from agl_stream_trainer.metrics import JsonlSink, read_jsonl_metrics
 
     sink = JsonlSink(tmp_path / "steps.jsonl")
     first, second = _metrics(1), _metrics(2)

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from trainer.engines.generation import Generator, GenRequest
+from agl_stream_trainer.engines.generation import Generator, GenRequest
 
 pytestmark = [
     pytest.mark.slow,
@@ -15,7 +15,7 @@ pytestmark = [
 
 
 def test_smollm2_chat_answers_and_stops() -> None:
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     model, tokenizer, _ = load_model_and_tokenizer("smollm2")
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2 and tokenizer.pad_token_id == 2

@@ -13,7 +13,7 @@ import pytest
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.types import AttemptedRollout, RolloutSnapshot
-from trainer.scheduler import InFlight, SchedulerConfig, TaskScheduler, load_dataset
+from agl_stream_trainer.scheduler import InFlight, SchedulerConfig, TaskScheduler, load_dataset
 
 
 def test_load_dataset_formats(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import yaml
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.types import AttemptedRollout, ResourcesUpdate, RolloutSnapshot, Trajectory, Triplet
-from trainer.checkpoint import CheckpointManager
-from trainer.config import TrainerConfig
-from trainer.service import TrainerService
+from agl_stream_trainer.checkpoint import CheckpointManager
+from agl_stream_trainer.config import TrainerConfig
+from agl_stream_trainer.service import TrainerService
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ async def test_trainer_service_trains_on_scheduled_rollouts(topics: Settings, ti
     assert state is not None and state.policy_version == 2 and state.extra["scheduler"]["cursor"] >= 2
     assert versions_seen and versions_seen[0] == 0
 
-    from processors.clickhouse.client import connect
+    from agl_stream_processors.clickhouse.client import connect
 
     ch = connect(settings.effective_clickhouse_dsn)
     _cols, rows = ch.query_rows("SELECT Step, PolicyVersion FROM training_steps FINAL WHERE RunId = 'svc' ORDER BY Step")

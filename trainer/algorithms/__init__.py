@@ -2,7 +2,7 @@
 
 ``grpo.py`` holds the RL math (GRPO / Dr.GRPO / RLOO / REINFORCE++ advantages and the PPO-clip loss
 from verl's core_algos); ``apo.py`` the prompt optimizer (beam search with textual gradients);
-``sft.py`` rejection-sampling fine-tuning. The RL algorithm the facade runs is ``trainer.rl.RL``.
+``sft.py`` rejection-sampling fine-tuning. The RL algorithm the facade runs is ``agl_stream_trainer.rl.RL``.
 Submodules are imported on use (APO needs litellm, the others torch).
 """
 
@@ -13,11 +13,11 @@ __all__ = ["APO", "SFT", "SFTConfig"]
 
 def __getattr__(name: str) -> Any:
     if name == "APO":
-        from trainer.algorithms.apo import APO
+        from agl_stream_trainer.algorithms.apo import APO
 
         return APO
     if name in ("SFT", "SFTConfig"):
-        from trainer.algorithms import sft
+        from agl_stream_trainer.algorithms import sft
 
         return getattr(sft, name)
     raise AttributeError(name)

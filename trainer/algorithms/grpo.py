@@ -42,8 +42,8 @@ from verl.trainer.ppo import core_algos
 from verl.utils.torch_functional import masked_mean
 from verl.workers.config import ActorConfig
 
-from trainer.algorithms.batch import RewardAssignment, TrainBatch
-from trainer.backends.hf import HFPolicy
+from agl_stream_trainer.algorithms.batch import RewardAssignment, TrainBatch
+from agl_stream_trainer.backends.hf import HFPolicy
 
 Estimator = Literal["grpo", "drgrpo", "rloo", "reinforce_plus_plus"]
 LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]

@@ -4,7 +4,7 @@ Each round:
 
 1. run the training set through the pipeline (``samples_per_task`` rollouts per task, mode
    ``train``) with the current policy, served by the embedded engine and announced on
-   ``agl.resources`` by the :class:`~trainer.publisher.WeightPublisher`;
+   ``agl.resources`` by the :class:`~agl_stream_trainer.publisher.WeightPublisher`;
 2. read the attempts' trajectories (token ids per LLM call) from ``agl.triplets``;
 3. keep the trajectories whose final reward is ``>= threshold``, and/or the ``top_k`` best of
    each task (ties keep the earlier rollout);
@@ -12,7 +12,7 @@ Each round:
    trainer's ``collate`` puts a ``response_mask`` on exactly those tokens);
 5. publish the new weights as the next policy version (engine first, then the announcement).
 
-The backend (:class:`~trainer.backends.hf.HFPolicy`), the rows/collate code and the engine are the
+The backend (:class:`~agl_stream_trainer.backends.hf.HFPolicy`), the rows/collate code and the engine are the
 RL trainer's; only the loss differs (plain masked NLL, no advantages). Rewards come from
 ``agl.attempts`` (:class:`RolloutResults`), the token ids from ``agl.triplets``.
 """
@@ -30,8 +30,8 @@ from agl_stream.algorithm import Algorithm, RolloutResults
 from agl_stream.client import TopicFollower
 from agl_stream.types import LLM, ProxyLLM, Trajectory
 
-from trainer.algorithms.batch import Row, TrainBatch, collate, rows_from_trajectories
-from trainer.backends.hf import BackendConfig, HFPolicy, OptimConfig
+from agl_stream_trainer.algorithms.batch import Row, TrainBatch, collate, rows_from_trajectories
+from agl_stream_trainer.backends.hf import BackendConfig, HFPolicy, OptimConfig
 
 logger = logging.getLogger(__name__)
 
@@ -110,10 +110,10 @@ class SFT(Algorithm):
     async def run(self, train_dataset: Optional[Sequence[Any]] = None, val_dataset: Optional[Sequence[Any]] = None) -> dict[str, Any]:
         from agl_stream.kafka import RecordProducer
 
-        from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
-        from trainer.engines.generation import Generator
-        from trainer.models import load_model_and_tokenizer
-        from trainer.publisher import WeightPublisher
+        from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+        from agl_stream_trainer.engines.generation import Generator
+        from agl_stream_trainer.models import load_model_and_tokenizer
+        from agl_stream_trainer.publisher import WeightPublisher
 
         if not train_dataset:
             raise ValueError("SFT needs a training dataset")

@@ -18,7 +18,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-from trainer.algorithms.batch import TrainBatch
+from agl_stream_trainer.algorithms.batch import TrainBatch
 
 
 class OptimConfig(BaseModel):

@@ -1,5 +1,5 @@
-"""Inference engines the agents call, behind one protocol (:class:`trainer.engines.base.InferenceEngine`)."""
+"""Inference engines the agents call, behind one protocol (:class:`agl_stream_trainer.engines.base.InferenceEngine`)."""
 
-from trainer.engines.base import InferenceEngine, Weights
+from agl_stream_trainer.engines.base import InferenceEngine, Weights
 
 __all__ = ["InferenceEngine", "Weights"]

@@ -10,10 +10,10 @@ Endpoints (vLLM-compatible where it matters to agl-stream):
 - ``POST /agl/v1/weights`` ``{"path": ".../model.safetensors", "version": N}`` swaps weights in
   process; ``GET /agl/v1/weights`` reports the served version.
 
-Concurrent requests are batched by :class:`trainer.engines.generation.Generator`; weight swaps
+Concurrent requests are batched by :class:`agl_stream_trainer.engines.generation.Generator`; weight swaps
 happen between batches so no request is dropped.
 
-:class:`EmbeddedEngine` is the :class:`~trainer.engines.base.InferenceEngine`: co-located with the
+:class:`EmbeddedEngine` is the :class:`~agl_stream_trainer.engines.base.InferenceEngine`: co-located with the
 learner it swaps the state dict in process (no file), otherwise it writes a safetensors file
 and posts its path.
 """
@@ -34,8 +34,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainer.engines.base import Weights
-from trainer.engines.generation import Choice, Generator, GenRequest, GenResult
+from agl_stream_trainer.engines.base import Weights
+from agl_stream_trainer.engines.generation import Choice, Generator, GenRequest, GenResult
 
 logger = logging.getLogger(__name__)
 

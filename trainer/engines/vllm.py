@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from trainer.engines.base import Weights
+from agl_stream_trainer.engines.base import Weights
 
 
 def vllm_available() -> tuple[bool, str]:
@@ -98,7 +98,7 @@ class VLLMEngine:
     def _write_weights(self, weights: Weights) -> None:
         from safetensors.torch import save_file
 
-        from trainer.engines.generation import load_weights_file
+        from agl_stream_trainer.engines.generation import load_weights_file
 
         tensors = load_weights_file(weights) if isinstance(weights, (str, Path)) else dict(weights)
         tmp = self.model_dir / ".model.safetensors.tmp"

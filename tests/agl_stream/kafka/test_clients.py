@@ -12,7 +12,7 @@ from agl_stream import Settings, Span
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.serialization import SCHEMAS
 from tests.agl_stream.samples import SAMPLES
-from topics.catalog import CATALOG
+from agl_stream_topics.catalog import CATALOG
 
 pytestmark = pytest.mark.integration
 

@@ -106,7 +106,7 @@ async def test_runner_survives_broker_outage_without_losing_spans(
     await proxy.start()
     settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap, topic_prefix="outage", partitions=2,
                                  kafka_session_timeout_ms=10_000, data_dir=tmp_path / "agl")  # fmt: skip
-    from topics.admin import ensure_topics
+    from agl_stream_topics.admin import ensure_topics
 
     await ensure_topics(settings, strict=True)
     async with StoreClient(settings) as store:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
-from processors.analytics.saved import parse_saved_query
-from processors.clickhouse import ClickHouse
+from agl_stream_processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
+from agl_stream_processors.analytics.saved import parse_saved_query
+from agl_stream_processors.clickhouse import ClickHouse
 from tests.processors.clickhouse.store import populate
 
 

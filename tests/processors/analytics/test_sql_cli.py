@@ -9,8 +9,8 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from processors.cli import clickhouse, sql
-from processors.clickhouse import ClickHouse
+from agl_stream_processors.cli import clickhouse, sql
+from agl_stream_processors.clickhouse import ClickHouse
 from tests.processors.clickhouse.store import populate
 
 runner = CliRunner()

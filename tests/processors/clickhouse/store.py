@@ -28,7 +28,7 @@ from agl_stream.types import (
     Trajectory,
     Triplet,
 )
-from processors.clickhouse import ClickHouse, connect, migrate
+from agl_stream_processors.clickhouse import ClickHouse, connect, migrate
 
 HTTP_ENV = "AGL_TEST_CLICKHOUSE_URL"
 
@@ -179,8 +179,8 @@ def make_attempt_events(rollout_id: str, attempt_id: str = "at-00000001", *, t0:
 
 def insert_records(ch: ClickHouse, sink_name: str, values: list) -> None:
     """Insert records the way the named sink would (same row conversion), without Kafka."""
-    from processors.clickhouse.columns import ColumnBatch
-    from processors.sinks.specs import SINKS
+    from agl_stream_processors.clickhouse.columns import ColumnBatch
+    from agl_stream_processors.sinks.specs import SINKS
 
     spec = SINKS[sink_name]
     batch = ColumnBatch(spec.schema)

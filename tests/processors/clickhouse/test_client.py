@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from processors.clickhouse import ClickHouse, ClickHouseConfigError, parse_dsn
+from agl_stream_processors.clickhouse import ClickHouse, ClickHouseConfigError, parse_dsn
 
 
 def test_chdb_dsn_keeps_the_directory_and_defaults_the_database() -> None:

@@ -17,8 +17,8 @@ import pytest
 from clickhouse_connect.driver.exceptions import OperationalError
 
 from agl_stream.config import Settings
-from processors.clickhouse import connect
-from processors.clickhouse.failpoint import ENV, FailpointClient, wrap
+from agl_stream_processors.clickhouse import connect
+from agl_stream_processors.clickhouse.failpoint import ENV, FailpointClient, wrap
 
 
 class _Recorder:

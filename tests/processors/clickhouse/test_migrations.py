@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.clickhouse import ClickHouse, MigrationError
-from processors.clickhouse.migrations import MIGRATIONS_DIR, applied, load_migrations, migrate, split_statements
+from agl_stream_processors.clickhouse import ClickHouse, MigrationError
+from agl_stream_processors.clickhouse.migrations import MIGRATIONS_DIR, applied, load_migrations, migrate, split_statements
 
 EXPECTED_TABLES = {"spans", "rollouts", "attempts", "resources", "triplets", "workers", "dead_letters", "training_steps"}
 
@@ -59,8 +59,8 @@ def test_split_statements_drops_comments_and_keeps_multiline_statements() -> Non
 
 
 def test_processes_without_ddl_rights_only_check_that_the_schema_is_current(store_dsn: str) -> None:
-    from processors.clickhouse import connect
-    from processors.clickhouse.migrations import require_current
+    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.clickhouse.migrations import require_current
 
     with connect(store_dsn, create_database=True) as fresh:
         with pytest.raises(MigrationError, match="clickhouse migrate"):

@@ -10,9 +10,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from agl_stream.types import Span, TraceStatus
-from processors.clickhouse import ClickHouse
-from processors.clickhouse.columns import ColumnBatch, RowError, seconds_to
-from processors.clickhouse.spans import SPAN_COLUMNS, SPAN_SCHEMA, span_to_row, spans_from_arrow
+from agl_stream_processors.clickhouse import ClickHouse
+from agl_stream_processors.clickhouse.columns import ColumnBatch, RowError, seconds_to
+from agl_stream_processors.clickhouse.spans import SPAN_COLUMNS, SPAN_SCHEMA, span_to_row, spans_from_arrow
 from tests.processors.clickhouse.store import make_span, rich_span
 
 

@@ -7,9 +7,9 @@ from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
 from agl_stream.types import Trajectory, Triplet
-from processors.clickhouse.columns import RowError, float_list, uint32_list
-from processors.sinks.sink import Sink, _Batch
-from processors.sinks.specs import SINKS
+from agl_stream_processors.clickhouse.columns import RowError, float_list, uint32_list
+from agl_stream_processors.sinks.sink import Sink, _Batch
+from agl_stream_processors.sinks.specs import SINKS
 from tests.processors.clickhouse.store import make_trajectory
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
-from processors.clickhouse import connect
+from agl_stream_processors.clickhouse import connect
 from tests.processors.clickhouse.store import make_span, make_trajectory
 
 REPO = Path(__file__).resolve().parents[3]

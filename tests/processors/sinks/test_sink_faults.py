@@ -1,4 +1,4 @@
-"""Sinks under ClickHouse faults (the ``AGL_CLICKHOUSE_FAILPOINT`` of :mod:`processors.clickhouse.failpoint`),
+"""Sinks under ClickHouse faults (the ``AGL_CLICKHOUSE_FAILPOINT`` of :mod:`agl_stream_processors.clickhouse.failpoint`),
 against a real broker and the embedded engine.
 
 Why: the chaos scenarios (``tests/faults/test_chaos_clickhouse.py``) rely on two sink properties that
@@ -19,9 +19,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer, connection_options
-from processors.clickhouse import ClickHouse, connect, migrate
-from processors.clickhouse.failpoint import ENV
-from processors.sinks import SinkOptions, SinkService
+from agl_stream_processors.clickhouse import ClickHouse, connect, migrate
+from agl_stream_processors.clickhouse.failpoint import ENV
+from agl_stream_processors.sinks import SinkOptions, SinkService
 from tests.processors.clickhouse.store import make_span
 
 pytestmark = pytest.mark.integration

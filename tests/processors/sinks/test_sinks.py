@@ -9,8 +9,8 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
 from agl_stream.serialization import encode
 from agl_stream.types import DeadLetter, LLM, ResourcesUpdate, Span, Worker
-from processors.clickhouse import ClickHouse
-from processors.sinks import SinkOptions, SinkService, run_sinks
+from agl_stream_processors.clickhouse import ClickHouse
+from agl_stream_processors.sinks import SinkOptions, SinkService, run_sinks
 from tests.processors.clickhouse.store import make_attempt_events, make_snapshot, make_span, make_trajectory
 
 FAST = SinkOptions(batch_size=500, max_wait=0.2, poll_timeout=0.2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, RolloutConfig, RolloutControl
-from processors.state_machine import rules
-from processors.state_machine.rules import RolloutState
+from agl_stream_processors.state_machine import rules
+from agl_stream_processors.state_machine.rules import RolloutState
 
 R = "ro-000000000001"
 

@@ -6,7 +6,7 @@ import pytest
 
 from agl_stream.serialization import RecordError, encode
 from agl_stream.types import Span
-from processors.state_machine.app import _span_ids
+from agl_stream_processors.state_machine.app import _span_ids
 
 
 def test_ids_of_encoded_spans_and_of_other_field_orders() -> None:

@@ -20,7 +20,7 @@ from agl_stream.types import (
     RolloutSnapshot,
     Span,
 )
-from processors.state_machine import RolloutStateMachine, StateMachineOptions, retry_attempt_id
+from agl_stream_processors.state_machine import RolloutStateMachine, StateMachineOptions, retry_attempt_id
 
 pytestmark = pytest.mark.integration
 

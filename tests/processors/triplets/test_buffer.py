@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agl_stream.types import AttemptEvent, Span
-from processors.triplets.buffer import AttemptBuffer, SpanOutcome
+from agl_stream_processors.triplets.buffer import AttemptBuffer, SpanOutcome
 
 R, A = "ro-000000000001", "at-00000001"
 

@@ -13,7 +13,7 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.serialization import decode
 from agl_stream.types import AttemptEvent, DeadLetter, RolloutControl, Span, Trajectory
-from processors.triplets import TripletProcessor, TripletProcessorOptions
+from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions
 
 from tests.agl_stream.adapter.spans import SpanBuilder
 

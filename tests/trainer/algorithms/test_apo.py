@@ -23,7 +23,7 @@ from agl_stream.types import LLM, PromptTemplate
 from examples.room_selector.agent import INITIAL_TEMPLATE
 from examples.room_selector.rooms import best_room
 from tests.trainer.algorithms.scripted_llm import ScriptedServer, last_user_message
-from trainer.algorithms.apo import APO, TemplateRejected, extract_template, placeholders, validate_template
+from agl_stream_trainer.algorithms.apo import APO, TemplateRejected, extract_template, placeholders, validate_template
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples/room_selector/data"

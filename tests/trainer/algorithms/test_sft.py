@@ -17,9 +17,9 @@ from agl_stream.client.resources import ResourceCache
 from agl_stream.config import Settings
 from agl_stream.trainer import Trainer
 from agl_stream.types import Trajectory, Triplet
-from trainer.algorithms.batch import collate
-from trainer.algorithms.sft import SFT, response_nll, select
-from trainer.backends.hf import HFPolicy, OptimConfig
+from agl_stream_trainer.algorithms.batch import collate
+from agl_stream_trainer.algorithms.sft import SFT, response_nll, select
+from agl_stream_trainer.backends.hf import HFPolicy, OptimConfig
 from tests.trainer.algorithms.sft_agent import letter_share
 
 
@@ -57,7 +57,7 @@ class CheckedSFT(SFT):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sft_rounds_train_on_selected_trajectories_and_publish(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     settings = Settings.from_env(env={}, data_dir=tmp_path / "agl", partitions=2, kafka_session_timeout_ms=6000)
     sft = CheckedSFT({

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from trainer.backends.hf import unique_state_dict
-from trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
-from trainer.engines.generation import Generator
+from agl_stream_trainer.backends.hf import unique_state_dict
+from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+from agl_stream_trainer.engines.generation import Generator
 
 
 @pytest.fixture

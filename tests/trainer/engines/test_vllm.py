@@ -8,7 +8,7 @@ import httpx
 import pytest
 import torch
 
-from trainer.engines.vllm import VLLMEngine, vllm_available
+from agl_stream_trainer.engines.vllm import VLLMEngine, vllm_available
 
 available, reason = vllm_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.integration, pytest.mark.skipif(not available, reason=reason)]
@@ -23,8 +23,8 @@ def _free_port() -> int:
 async def test_vllm_publish_changes_the_next_completion(tiny_model_dir, tmp_path) -> None:
     import shutil
 
-    from trainer.backends.hf import unique_state_dict
-    from trainer.models import load_model_and_tokenizer
+    from agl_stream_trainer.backends.hf import unique_state_dict
+    from agl_stream_trainer.models import load_model_and_tokenizer
 
     model_dir = tmp_path / "served"
     shutil.copytree(tiny_model_dir, model_dir)
