@@ -11,6 +11,7 @@ installs with the Makefile targets the README uses, and no secret value is commi
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.resources
 import json
@@ -609,6 +610,15 @@ def test_dockerfile_installs_with_the_readme_make_targets(path: Path) -> None:
         assert not re.search(r"\b(pip|pip3|uv)\b[^&;|]*\binstall\b", run), f"{path.name}: installs outside make: {run}"
 
 
+def packaged_folders() -> list[str]:
+    """The repository folders setup.py installs (its ``FOLDERS`` mapping, read without running setup())."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FOLDERS" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no FOLDERS mapping")
+
+
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfile_is_multistage_unprivileged_and_health_checked(path: Path) -> None:
     instructions = dockerfile_instructions(path)
@@ -617,8 +627,7 @@ def test_dockerfile_is_multistage_unprivileged_and_health_checked(path: Path) ->
     users = [rest for instruction, rest in instructions if instruction == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0"), f"{path.name} runs as root"
     assert any(instruction == "HEALTHCHECK" for instruction, _ in instructions)
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    packages = ["agl_stream", *packaged_folders()]
     copied = set()
     for instruction, rest in instructions:
         if instruction == "COPY" and "--from" not in rest:
@@ -627,7 +636,7 @@ def test_dockerfile_is_multistage_unprivileged_and_health_checked(path: Path) ->
                 assert (ROOT / source).exists(), f"{path.name}: COPY {source} does not exist"
                 copied.add(source.rstrip("/"))
     assert set(packages) <= copied, f"{path.name} misses packages {set(packages) - copied}"
-    for needed in ("Makefile", "pyproject.toml", "README.md", "requirements"):
+    for needed in ("Makefile", "pyproject.toml", "setup.py", "README.md", "requirements"):
         assert needed in copied, f"{path.name}: make setup needs {needed}"
 
 
