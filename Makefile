@@ -40,8 +40,10 @@ bench: setup
 scaling: setup
 	$(BIN)/python tests/benchmarks/bench_scaling.py
 
+# make chaos RUNS=5: every scenario 5 times over (whole passes, pytest-repeat), one result line per run
+RUNS ?= 1
 chaos: setup
-	$(BIN)/python -m pytest tests/faults -m chaos -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/faults -m chaos -rs --count $(RUNS) --repeat-scope session $(PYTEST_ARGS)
 
 constraints: setup
 	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)

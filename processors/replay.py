@@ -6,7 +6,9 @@ running a single agent again. The adapter is any ``Callable[[list[Span]], list[T
 it is built with :func:`agl_stream.adapter.build_adapter` (``tracer``, ``llm_proxy``, a class name,
 or ``package.module:Class``).
 
-Replayed trajectories carry ``adapter = "replay:<label>"``. Written to the ``triplets`` table
+Replayed trajectories carry ``adapter = "replay:<label>"`` and the decision the ``rollouts`` table
+records (``final`` for the attempt that ended its rollout, ``superseded`` for one it moved past), so
+a replay published to a topic trains exactly what the live run would. Written to the ``triplets`` table
 (default) they sit next to the live rows without replacing them (``Adapter`` is part of the key,
 and the saved queries leave ``replay:*`` rows out); published to a topic they flow like live
 trajectories. With the embedded engine, stop the sinks first: one process owns the data directory.
@@ -26,6 +28,7 @@ from agl_stream_processors.clickhouse.client import ClickHouse
 from agl_stream_processors.clickhouse.columns import ColumnBatch
 from agl_stream_processors.clickhouse.rows import TRIPLET_SCHEMA, triplet_rows
 from agl_stream_processors.clickhouse.spans import SPAN_COLUMNS, spans_from_arrow
+from agl_stream_processors.triplets.decisions import RolloutView, decide
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +126,12 @@ def read_context(ch: ClickHouse, keys: Sequence[AttemptKey]) -> dict[AttemptKey,
         return {}
     _cols, rows = ch.query_rows(
         """
-        SELECT k.1 AS rollout_id, k.2 AS attempt_id, r.Mode, r.ResourcesId, t.GroupId, a.Status, a.Seq, a.Finished
+        SELECT k.1 AS rollout_id, k.2 AS attempt_id, r.Mode, r.ResourcesId, t.GroupId, a.Status, a.Seq, a.Finished,
+               r.AttemptId, r.AttemptSequenceId, r.Status, r.AttemptStatus
         FROM (SELECT arrayJoin({keys:Array(Tuple(String, String))}) AS k) AS s
-        LEFT JOIN (SELECT RolloutId, Mode, ResourcesId FROM rollouts FINAL) AS r ON r.RolloutId = s.k.1
+        LEFT JOIN (SELECT RolloutId, Mode, ResourcesId, AttemptId, AttemptSequenceId, Status, AttemptStatus
+                   FROM rollouts FINAL) AS r
+               ON r.RolloutId = s.k.1
         LEFT JOIN (SELECT RolloutId, AttemptId, any(GroupId) AS GroupId FROM triplets
                    WHERE Adapter NOT LIKE 'replay:%' GROUP BY RolloutId, AttemptId) AS t
                ON t.RolloutId = s.k.1 AND t.AttemptId = s.k.2
@@ -144,9 +150,22 @@ def read_context(ch: ClickHouse, keys: Sequence[AttemptKey]) -> dict[AttemptKey,
             "status": r[5] or "succeeded",
             "attempt_sequence_id": int(r[6] or 1),
             "finished_at": float(r[7]) if r[7] else None,
+            "decision": _decision(r[1], int(r[6] or 1), rollout_attempt=r[8], rollout_sequence=int(r[9] or 0),
+                                  rollout_status=r[10], attempt_status=r[11]),
+            "rollout_status": r[10] or None,
         }
         for r in rows
     }
+
+
+def _decision(attempt_id: str, sequence_id: int, *, rollout_attempt: Optional[str], rollout_sequence: int,
+              rollout_status: Optional[str], attempt_status: Optional[str]) -> str:  # fmt: skip
+    """The state machine's verdict as the ``rollouts`` table records it (the triplet processor's rule)."""
+    view = None
+    if rollout_status:
+        view = RolloutView(rollout_attempt or None, rollout_sequence, rollout_status, attempt_status or None, 0.0)
+    found = decide(view, attempt_id, sequence_id)
+    return found.decision if found is not None else "undecided"
 
 
 def _final_reward(spans: list[Span], triplets: list[Triplet]) -> Optional[float]:
@@ -207,6 +226,8 @@ def replay(
                 span_count=len(spans),
                 finished_at=ctx.get("finished_at"),
                 metadata={"replayed_at": time.time()},
+                decision=ctx.get("decision", "undecided"),
+                rollout_status=ctx.get("rollout_status"),
             )
 
 

@@ -6,6 +6,11 @@ arrived, or when it has waited ``group_timeout_s`` since its first member (strag
 that never finish) and has at least ``min_group_size`` usable members; smaller timed-out groups are
 dropped and counted. Failed attempts count as arrived members but never train.
 
+One rollout, one training signal: only the trajectory of the attempt that ended its rollout
+(``Trajectory.decision == "final"``, stamped by the triplet processor from the state machine's
+verdict) is a member. A ``superseded`` trajectory (a retried attempt whose runner reported late) or
+an ``undecided`` one is counted and marked done at once, whatever order it arrives in.
+
 Off-policy bound: when a batch is handed out, every triplet whose ``policy_version`` is more than
 ``max_staleness`` versions behind the learner's current version is removed (counted in
 ``stats.stale_triplets``); rows that survive carry their behaviour logprobs for truncated
@@ -50,6 +55,8 @@ class BatcherConfig(BaseModel):
 class BatcherStats:
     trajectories: int = 0
     duplicates: int = 0
+    superseded: int = 0  # trajectories of attempts that did not end their rollout (never trained)
+    undecided: int = 0  # trajectories the state machine never decided on (never trained)
     failed_rollouts: int = 0
     skipped_mode: int = 0
     rejected_records: int = 0
@@ -84,7 +91,7 @@ class _Group:
 
     @property
     def usable(self) -> list[_Member]:
-        return [m for m in self.members.values() if m.trajectory.status == "succeeded"]
+        return [m for m in self.members.values() if m.trajectory.trainable]
 
 
 @dataclass
@@ -128,6 +135,13 @@ class GroupAssembler:
             self.stats.skipped_mode += 1
             self._done.append(record)
             return
+        if trajectory.decision != "final":
+            if trajectory.decision == "superseded":
+                self.stats.superseded += 1
+            else:
+                self.stats.undecided += 1
+            self._done.append(record)
+            return
         gid = trajectory.group_id or trajectory.rollout_id
         group = self._groups.get(gid)
         if group is None:
@@ -144,7 +158,7 @@ class GroupAssembler:
                 self._done.append(record)
                 return
             self._done.extend(old.records)  # a retry replaces a failed / older attempt
-        if trajectory.status != "succeeded":
+        if not trajectory.trainable:
             self.stats.failed_rollouts += 1
         group.members[trajectory.rollout_id] = _Member(trajectory, [record])
 

@@ -19,7 +19,7 @@ from agl_stream.types.core import (
 from agl_stream.types.records import AttemptEvent, AttemptEventKind, DeadLetter, RolloutControl, RolloutSnapshot
 from agl_stream.types.resources import LLM, NamedResources, PromptTemplate, ProxyLLM, Resource, ResourcesUpdate
 from agl_stream.types.spans import Event, Link, OtelResource, Span, SpanContext, SpanCoreFields, TraceStatus
-from agl_stream.types.triplets import Trajectory, Triplet
+from agl_stream.types.triplets import Trajectory, TrajectoryDecision, Triplet
 
 __all__ = [
     "ATTEMPT_STATUSES",
@@ -53,6 +53,7 @@ __all__ = [
     "TaskInput",
     "TraceStatus",
     "Trajectory",
+    "TrajectoryDecision",
     "Triplet",
     "Worker",
     "WorkerStatus",

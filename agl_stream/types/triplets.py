@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,13 @@ class Triplet(BaseModel):
         return list(lp) if lp is not None else None
 
 
+#: Whether a trajectory is its rollout's training signal, as decided by the rollout state machine:
+#: ``final`` - its attempt ended the rollout (the only one that may be trained);
+#: ``superseded`` - the rollout moved on to a later attempt (kept for analysis, never trained);
+#: ``undecided`` - the state machine never named an outcome (a rollout it does not track); never trained.
+TrajectoryDecision = Literal["final", "superseded", "undecided"]
+
+
 class Trajectory(BaseModel):
     """One finished attempt adapted into triplets: the value of an ``agl.triplets`` record."""
 
@@ -56,6 +63,13 @@ class Trajectory(BaseModel):
     finished_at: Optional[float] = None
     created_at: float = Field(default_factory=time.time)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    decision: TrajectoryDecision = Field(default="final", description="see TrajectoryDecision")
+    rollout_status: Optional[str] = Field(default=None, description="the rollout's status the decision was made on")
+
+    @property
+    def trainable(self) -> bool:
+        """The one trajectory of a rollout a learner may train on: the attempt that ended it, succeeded."""
+        return self.decision == "final" and self.status == "succeeded" and self.rollout_status in (None, "succeeded")
 
     @property
     def policy_version(self) -> Optional[int]:

@@ -15,6 +15,11 @@ Late and duplicate input never corrupts state: events of an older attempt, a rep
 ``finished``, a task echoing an attempt already known, anything after a terminal status, are
 ignored and reported in ``Outcome.note`` (the processor counts them).
 
+An attempt is *superseded* once the rollout has a later attempt (a requeue creates it at once,
+with its deterministic id). Its late spans, heartbeats and ``finished`` (a runner that stalled or
+lost the broker and came back) change nothing here: notes ``superseded_activity`` and
+``superseded_event``. Its trajectory is still adapted, marked ``superseded`` and never trained.
+
 Times are the state machine's own clock (``now``), like upstream's store, so runner clock skew
 cannot trigger timeouts.
 """
@@ -160,6 +165,13 @@ def _is_current(state: RolloutState, attempt_id: str) -> bool:
     return state.attempt is not None and state.attempt.attempt_id == attempt_id
 
 
+def _stale_note(state: RolloutState, event: AttemptEvent) -> str:
+    """Why an event of an attempt that is not the current one is ignored."""
+    if event.attempt_sequence_id <= state.attempts:
+        return "superseded_event"
+    return "late_event"
+
+
 def _adopt_newer(state: RolloutState, event: AttemptEvent, now: float) -> Optional[RolloutState]:
     """An event of an attempt later than the one we know (its task was not seen yet): make it current."""
     if event.attempt_sequence_id <= state.attempts or state.terminal:
@@ -224,7 +236,7 @@ def _on_started(state: Optional[RolloutState], event: AttemptEvent, now: float) 
     else:
         new = _adopt_newer(state, event, now)
         if new is None:
-            return ignored("late_event")
+            return ignored(_stale_note(state, event))
     assert new.attempt is not None
     new.started = True
     new.attempt.worker_id = event.worker_id or new.attempt.worker_id
@@ -260,7 +272,7 @@ def on_activity(
         fresh = RolloutState(rollout=rollout, attempt=attempt, attempts=1, started=True, updated_at=now)
         return Outcome(state=fresh, note="span_before_task")
     if not _is_current(state, attempt_id):
-        return ignored("old_attempt_activity")
+        return ignored("superseded_activity")
     assert state.attempt is not None
     revivable = state.attempt.status == "unresponsive" and (not state.terminal or state.failed_unresponsive)
     if state.terminal and not revivable:
@@ -294,7 +306,7 @@ def _on_finished(state: Optional[RolloutState], event: AttemptEvent, now: float)
     else:
         new = _adopt_newer(state, event, now)
         if new is None:
-            return ignored("late_event")
+            return ignored(_stale_note(state, event))
     status: AttemptStatus = event.status if event.status in ("succeeded", "failed") else "failed"
     return finish_attempt(new, status, now)
 

@@ -24,6 +24,15 @@ an attempt. Two rules make a restart replay each attempt whole or not at all:
 
 Both topics are keyed by rollout_id with the same partition count, so one consumer (one group
 member) sees all spans and events of the attempts it owns.
+
+One rollout, one training signal: a finished attempt leaves only with the state machine's decision
+(:mod:`agl_stream_processors.triplets.decisions`), read from the snapshots on ``agl.rollouts``
+(every partition, from the start, by a reader outside the consumer group, so a restart relearns
+them): ``final`` for the attempt that ended the rollout, ``superseded`` for an attempt the rollout
+moved past (a runner that stalled or lost the broker and reported after its attempt was retried).
+Superseded trajectories still reach ``agl.triplets`` and ClickHouse, marked, for analysis; learners
+train only ``final`` ones. An attempt the state machine never decides on within ``decision_seconds``
+(a rollout it does not track: no task) leaves as ``undecided``, which is never trained either.
 """
 
 from __future__ import annotations
@@ -43,9 +52,10 @@ from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer, connection_options, start_with_retry
 from agl_stream.serialization import RecordError, decode
-from agl_stream.types import AttemptEvent, Span, Trajectory, Triplet
+from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
 from agl_stream_processors.dlq import DeadLetterWriter
-from agl_stream_processors.triplets.buffer import AttemptBuffer, PendingAttempt, SpanOutcome
+from agl_stream_processors.triplets.buffer import AttemptBuffer, AttemptKey, PendingAttempt, SpanOutcome
+from agl_stream_processors.triplets.decisions import Decision, Decisions
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +69,7 @@ class TripletProcessorOptions:
     orphan_seconds: float = 900.0
     late_window_seconds: float = 3600.0
     restore_skew_seconds: float = 300.0  # producers' clock skew tolerated by the restore scan
+    decision_seconds: float = 300.0  # a finished attempt waits this long for the state machine's decision
     poll_timeout: float = 0.2
     max_poll_records: int = 2000
     commit_interval: float = 1.0
@@ -83,11 +94,17 @@ class TripletProcessor:
         self.spans_topic = settings.topic("spans")
         self.attempts_topic = settings.topic("attempts")
         self.triplets_topic = settings.topic("triplets")
+        self.rollouts_topic = settings.topic("rollouts")
         self.buffer = AttemptBuffer(
             grace_seconds=options.grace_seconds,
             orphan_seconds=options.orphan_seconds,
             late_window_seconds=options.late_window_seconds,
         )
+        self.decisions = Decisions(retention_seconds=options.late_window_seconds)
+        # adapted-to-be attempts waiting for the state machine's decision: key -> (attempt, since when)
+        self._awaiting: dict[AttemptKey, tuple[PendingAttempt, float]] = {}
+        self._rollouts_reader: Optional[AIOKafkaConsumer] = None
+        self._last_prune = 0.0
         self.counts: Counter[str] = Counter()
         self.ready = asyncio.Event()  # set once partitions are assigned
         self._dlq: Optional[DeadLetterWriter] = None
@@ -113,7 +130,9 @@ class TripletProcessor:
         await producer.start()
         try:
             await consumer.start()
+            await self._start_rollouts_reader()
         except BaseException:
+            await consumer.stop(commit=False)
             await producer.stop()
             raise
         self._consumer, self._producer = consumer, producer
@@ -133,8 +152,10 @@ class TripletProcessor:
                     self.first_record_at = now
                 for record in records:
                     await self._ingest(record, now)
+                await self._learn_decisions(now)
                 for item in self.buffer.take_ready(now):
-                    await self._emit(item)
+                    self._awaiting[item.key] = (item, now)
+                await self._emit_decided(now)
                 for item in self.buffer.take_abandoned(now):
                     await self._abandon(item)
                 if self._fatal is not None:
@@ -150,16 +171,60 @@ class TripletProcessor:
             finally:
                 await consumer.stop(commit=self._fatal is None)
                 await producer.stop()
+                if self._rollouts_reader is not None:
+                    await self._rollouts_reader.stop()
 
     def health(self) -> dict[str, Any]:
         return {
             **dict(self.counts),
             "dead_letters": dict(self._dlq.counts) if self._dlq else {},
             "pending_attempts": len(self.buffer.pending),
+            "awaiting_decision": len(self._awaiting),
+            "rollouts_known": len(self.decisions.views),
             "buffered_spans": self.buffer.buffered_spans,
             "in_flight": self._in_flight,
             "ready": self.ready.is_set(),
         }
+
+    # ------------------------------------------------------------------ decisions (agl.rollouts)
+
+    async def _start_rollouts_reader(self) -> None:
+        """Read every partition of ``agl.rollouts`` from the start, outside the group (see the module doc)."""
+        reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False,
+                                  auto_offset_reset="earliest")  # fmt: skip
+        await start_with_retry(reader, "triplets rollouts reader", 30.0)
+        partitions = [TopicPartition(self.rollouts_topic, p) for p in range(self.settings.partitions)]
+        reader.assign(partitions)
+        await reader.seek_to_beginning(*partitions)
+        self._rollouts_reader = reader
+
+    async def _learn_decisions(self, now: float) -> None:
+        assert self._rollouts_reader is not None
+        batches = await self._rollouts_reader.getmany(timeout_ms=0, max_records=5000)
+        for records in batches.values():
+            for record in records:
+                try:
+                    self.decisions.learn(decode(record.value, RolloutSnapshot), now)
+                except RecordError:
+                    self.counts["invalid_snapshots"] += 1  # the rollouts sink dead-letters it
+        if now - self._last_prune >= 60.0:
+            self._last_prune = now
+            self.counts["rollouts_forgotten"] += self.decisions.prune(now)
+
+    async def _emit_decided(self, now: float) -> None:
+        for key, (item, since) in list(self._awaiting.items()):
+            finished = item.finished
+            assert finished is not None
+            decision = self.decisions.decide(item.rollout_id, item.attempt_id, finished.attempt_sequence_id)
+            if decision is None:
+                if now - since < self.options.decision_seconds:
+                    continue
+                logger.warning("triplets: no decision on attempt %s of %s from the state machine within %.0fs; "
+                               "emitted as undecided (never trained)", item.attempt_id, item.rollout_id,
+                               self.options.decision_seconds)  # fmt: skip
+                decision = Decision("undecided", None)
+            del self._awaiting[key]
+            await self._emit(item, decision)
 
     # ------------------------------------------------------------------ input
 
@@ -169,9 +234,13 @@ class TripletProcessor:
             return
         consumer.assignment_changed.clear()
         owned = {tp.partition for tp in consumer.raw.assignment()}
-        dropped = self.buffer.drop_partitions(owned)
-        if dropped:
-            logger.info("triplets: %d buffered attempts moved to another group member", len(dropped))
+        moved = len(self.buffer.drop_partitions(owned))
+        for key, (item, _) in list(self._awaiting.items()):
+            if item.partition is not None and item.partition not in owned:
+                del self._awaiting[key]  # its records are redelivered to the new owner, which decides again
+                moved += 1
+        if moved:
+            logger.info("triplets: %d buffered attempts moved to another group member", moved)
         self._deferred = [entry for entry in self._deferred if all(consumer.owns(r) for r in entry[0])]
         gained, self._owned = sorted(owned - self._owned), owned
         if gained:
@@ -273,7 +342,9 @@ class TripletProcessor:
 
     # ------------------------------------------------------------------ output
 
-    def _trajectory(self, item: PendingAttempt, triplets: list[Triplet], spans: Sequence[Span]) -> Trajectory:
+    def _trajectory(
+        self, item: PendingAttempt, triplets: list[Triplet], spans: Sequence[Span], decision: Decision
+    ) -> Trajectory:
         finished = item.finished
         assert finished is not None
         meta = item.metadata()
@@ -299,9 +370,11 @@ class TripletProcessor:
             span_count=len(spans),
             finished_at=finished.timestamp,
             metadata={**extra, "rollout_metadata": meta},
+            decision=decision.decision,
+            rollout_status=decision.rollout_status,
         )
 
-    async def _emit(self, item: PendingAttempt) -> None:
+    async def _emit(self, item: PendingAttempt, decision: Decision) -> None:
         assert self._producer is not None
         spans = sorted(item.spans.values(), key=span_order_key)
         if not item.complete:
@@ -314,7 +387,7 @@ class TripletProcessor:
             triplets = self.adapter.adapt(spans)
             if not all(isinstance(t, Triplet) for t in triplets):
                 raise TypeError(f"{self.adapter!r} returned {type(triplets[0]).__name__}, not Triplet")
-            trajectory = self._trajectory(item, triplets, spans)
+            trajectory = self._trajectory(item, triplets, spans, decision)
             future = await self._producer.send(self.triplets_topic, trajectory, key=item.rollout_id)
         except Exception as exc:  # bad spans for this adapter, or a trajectory over the broker limit
             self.counts["adapter_errors"] += 1
@@ -330,6 +403,7 @@ class TripletProcessor:
             return
         finished = [t for t in item.tokens if t.topic == self.attempts_topic]
         spans = [t for t in item.tokens if t.topic != self.attempts_topic]
+        self.counts[f"trajectories_{decision.decision}"] += 1
         self._settle(future, finished, "trajectories", then_defer=spans)
 
     async def _abandon(self, item: PendingAttempt) -> None:

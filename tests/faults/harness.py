@@ -184,12 +184,14 @@ class Audit:
     triplets: int
     duplicates: int
     lost: int
+    superseded: int  # trajectories of retried attempts that reported late, stored and marked, never trained
     raw_duplicate_rows: int  # physical rows ReplacingMergeTree collapses (at-least-once inserts)
     problems: list[str]
 
     def line(self, name: str) -> str:
         return (f"[{name}] enqueued={self.enqueued} succeeded={self.succeeded} failed={self.failed} "
-                f"spans={self.spans} triplets={self.triplets} duplicates={self.duplicates} lost={self.lost} "
+                f"spans={self.spans} triplets={self.triplets} superseded={self.superseded} "
+                f"duplicates={self.duplicates} lost={self.lost} "
                 f"(raw duplicate rows collapsed by the tables: {self.raw_duplicate_rows})")  # fmt: skip
 
 
@@ -198,15 +200,19 @@ def _in(ids: Sequence[str]) -> str:
 
 
 def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) -> Audit:
-    """Every enqueued rollout's final status, and the spans and triplets of its succeeded attempt.
+    """Every enqueued rollout's final status, and the spans and triplets of the attempt that ended it.
 
     Ground truth comes from the tasks (the agent's plan): an attempt of a task with R rounds and I
-    intermediate rewards emits 3R + I + 2 spans with sequence ids 1..n and R triplets. Natural keys:
-    a span is (AttemptId, SequenceId) - the per-attempt order the runner assigns - and a triplet is
-    (AttemptId, TripletIndex). ``duplicates`` counts rows beyond one per natural key (in the
-    deduplicated FINAL view: a span emitted twice under different span ids, a triplet written by
-    two attempts of one rollout); ``lost`` counts expected keys without a row, plus rollouts whose
-    task name or final reward is missing or wrong. ``store``: a DSN, or a client this process holds.
+    intermediate rewards emits 3R + I + 2 spans with sequence ids 1..n and R triplets. The attempt
+    that ended a rollout is the one its ``rollouts`` row names (the state machine's verdict); it must
+    have reported ``finished``/``succeeded`` with the plan's span count. Natural keys: a span is
+    (AttemptId, SequenceId) - the per-attempt order the runner assigns - and a triplet is (AttemptId,
+    TripletIndex). ``duplicates`` counts rows beyond one per natural key (in the deduplicated FINAL
+    view: a span emitted twice under different span ids), plus every trainable (``Decision =
+    'final'``) triplet of any other attempt of the rollout: training data twice. Other attempts'
+    trajectories marked ``superseded`` (a retried attempt that reported late) are expected and
+    counted in ``superseded``. ``lost`` counts expected keys without a row, plus rollouts whose task
+    name or final reward is missing or wrong. ``store``: a DSN, or a client this process holds.
     """
     from agl_stream_processors.clickhouse import connect
 
@@ -214,23 +220,25 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
     problems: list[str] = []
     ch = connect(store) if isinstance(store, str) else store  # a DSN, or a client this process already holds
     try:
-        statuses = {r[0]: r[1] for r in ch.query_rows(
-            f"SELECT RolloutId, argMax(Status, UpdatedAt) FROM rollouts WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId")[1]}  # fmt: skip
-        finished = {}
+        rollouts = {r[0]: (r[1], r[2]) for r in ch.query_rows(
+            f"SELECT RolloutId, argMax(Status, UpdatedAt), argMax(AttemptId, UpdatedAt) FROM rollouts "
+            f"WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId")[1]}  # fmt: skip
+        statuses = {rid: status for rid, (status, _aid) in rollouts.items()}
+        finished: dict[tuple[str, str], list[Any]] = {}
         for rid, aid, status, span_count in ch.query_rows(
             f"SELECT RolloutId, AttemptId, Status, SpanCount FROM attempts FINAL WHERE Kind = 'finished' "
             f"AND RolloutId IN {_in(ids)}"
         )[1]:
-            if status == "succeeded":
-                finished.setdefault(rid, []).append((aid, span_count))
+            finished.setdefault((rid, aid), []).append((status, span_count))
         span_keys = {(r[0], r[1]): (r[2], r[3], r[4]) for r in ch.query_rows(
             f"SELECT RolloutId, AttemptId, count(), uniqExact(SequenceId), max(SequenceId) FROM spans FINAL "
             f"WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
         span_rows_raw = ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {_in(ids)}")
         span_rows_final = ch.scalar(f"SELECT count() FROM spans FINAL WHERE RolloutId IN {_in(ids)}")
-        triplet_keys = {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in ch.query_rows(
-            f"SELECT RolloutId, AttemptId, count(), uniqExact(TripletIndex), any(TripletCount), any(FinalReward) "
-            f"FROM triplets FINAL WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
+        triplet_keys = {(r[0], r[1]): (r[2], r[3], r[4], r[5], r[6]) for r in ch.query_rows(
+            f"SELECT RolloutId, AttemptId, count(), uniqExact(TripletIndex), any(TripletCount), any(FinalReward), "
+            f"groupUniqArray(Decision) FROM triplets FINAL WHERE RolloutId IN {_in(ids)} "
+            f"GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
         triplet_rows_raw = ch.scalar(f"SELECT count() FROM triplets WHERE RolloutId IN {_in(ids)}")
         triplet_rows_final = ch.scalar(f"SELECT count() FROM triplets FINAL WHERE RolloutId IN {_in(ids)}")
         names = {r[0]: r[1] for r in ch.query_rows(
@@ -240,7 +248,7 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
         if isinstance(store, str):
             ch.close()
 
-    duplicates = lost = 0
+    duplicates = lost = superseded = 0
     counts: dict[str, int] = {}
     for rid in ids:
         status = statuses.get(rid, "missing")
@@ -254,14 +262,13 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
             lost += 1
             continue
         p = plan(enqueued.tasks[rid])
-        attempts = finished.get(rid, [])
-        if len(attempts) != 1:
-            problems.append(f"{rid}: {len(attempts)} succeeded attempts")
-            duplicates += max(0, len(attempts) - 1)
-            if not attempts:
-                lost += 1
-                continue
-        aid, span_count = attempts[0]
+        aid = rollouts[rid][1]
+        reports = finished.get((rid, aid), [])
+        if not any(status == "succeeded" for status, _ in reports):
+            problems.append(f"{rid}: its rollout row names attempt {aid!r}, which reported {reports or 'nothing'}")
+            lost += 1
+            continue
+        span_count = next(count for status, count in reports if status == "succeeded")
         if span_count != p.spans:
             problems.append(f"{rid}: runner reported {span_count} spans, the plan has {p.spans}")
         rows, distinct, top = span_keys.get((rid, aid), (0, 0, 0))
@@ -269,15 +276,20 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
         lost += max(0, p.spans - distinct)
         if top != p.spans or rows != p.spans:
             problems.append(f"{rid}/{aid}: {rows} span rows, {distinct} distinct sequence ids (max {top}), expected {p.spans}")
-        trows, tdistinct, tcount, final_reward = triplet_keys.get((rid, aid), (0, 0, 0, None))
+        trows, tdistinct, tcount, final_reward, decisions = triplet_keys.get((rid, aid), (0, 0, 0, None, []))
         duplicates += trows - tdistinct + max(0, tdistinct - p.triplets)
         lost += max(0, p.triplets - tdistinct)
         if (trows, tdistinct, tcount) != (p.triplets,) * 3:
             problems.append(f"{rid}/{aid}: {trows} triplet rows ({tdistinct} distinct, count {tcount}), expected {p.triplets}")
-        other_triplets = [k for k in triplet_keys if k[0] == rid and k[1] != aid]
-        if other_triplets:
-            duplicates += sum(triplet_keys[k][0] for k in other_triplets)
-            problems.append(f"{rid}: triplets of other attempts too: {other_triplets}")
+        if trows and decisions != ["final"]:
+            problems.append(f"{rid}/{aid}: the attempt that ended the rollout has decisions {decisions}, expected ['final']")
+            lost += 1
+        for key in (k for k in triplet_keys if k[0] == rid and k[1] != aid):
+            if "final" in triplet_keys[key][4]:
+                duplicates += triplet_keys[key][0]
+                problems.append(f"{rid}: trainable triplets of another attempt too: {key} {triplet_keys[key][4]}")
+            else:
+                superseded += 1
         if final_reward is None or not 1.0 <= final_reward <= 2.0 or abs(final_reward - p.final_reward) > 1e-9:
             problems.append(f"{rid}: final reward {final_reward}, expected {p.final_reward}")
             lost += 1
@@ -287,7 +299,7 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
     return Audit(
         enqueued=len(ids), succeeded=counts.get("succeeded", 0), failed=counts.get("failed", 0),
         other={k: v for k, v in counts.items() if k not in ("succeeded", "failed")},
-        spans=span_rows_final, triplets=triplet_rows_final, duplicates=duplicates, lost=lost,
+        spans=span_rows_final, triplets=triplet_rows_final, duplicates=duplicates, lost=lost, superseded=superseded,
         raw_duplicate_rows=(span_rows_raw - span_rows_final) + (triplet_rows_raw - triplet_rows_final),
         problems=problems,
     )  # fmt: skip

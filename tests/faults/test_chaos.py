@@ -38,6 +38,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 Fault = Callable[[Pipeline, StoreClient, Enqueued], Awaitable[Optional[str]]]
 OUTAGE_S = 10.0
+# longer than RETRY_SILENT's unresponsive_seconds (5 s) and the runners' group session (6 s)
+PARTITION_S = 12.0
 
 
 def running_on(store: StoreClient, enq: Enqueued, worker_suffix: str) -> int:
@@ -45,6 +47,21 @@ def running_on(store: StoreClient, enq: Enqueued, worker_suffix: str) -> int:
     snaps = [store._snapshots.get(rid) for rid in enq.tasks]  # noqa: SLF001 - the client's view of agl.rollouts
     return sum(1 for s in snaps if s is not None and s.rollout.status == "running" and s.attempt is not None
                and (s.attempt.worker_id or "").endswith(worker_suffix))  # fmt: skip
+
+
+async def busy_runner(pipe: Pipeline, store: StoreClient, enq: Enqueued, *, running: int, succeeded: int) -> tuple[int, int]:
+    """Wait until ``succeeded`` rollouts are done and some runner has ``running`` attempts; (its index, count).
+
+    Either runner will do: the group may give every partition to one runner for a while, so
+    waiting for a particular one can outlast the whole workload. A worker id ends in its process id.
+    """
+    def busiest() -> tuple[int, int]:
+        counts = [running_on(store, enq, f"-{r.pid}") for r in pipe.runners]
+        return max(enumerate(counts), key=lambda item: item[1])
+
+    await until(lambda: count(store, enq, "succeeded") >= succeeded and busiest()[1] >= running, 120,
+                f"a runner with {running} attempts running", pipe)  # fmt: skip
+    return busiest()
 
 
 async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runners: int = 2, concurrency: int = 4,
@@ -86,14 +103,10 @@ ORPHAN_ARGS = ("--orphan-seconds", "15")
 @pytest.mark.parametrize("n", reduced_or_full(16, 200))
 async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
     async def kill_runner(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
-        # mid-stream: some rollouts done, and attempts running on the victim (its worker id ends in its pid;
-        # the group may have given both partitions to the other runner for a while)
-        victim = f"-{pipe.runners[0].pid}"
-        await until(lambda: count(store, enq, "succeeded") >= 3 and running_on(store, enq, victim) >= 2, 120,
-                    "rollouts to run on runner-0", pipe)  # fmt: skip
-        running = running_on(store, enq, victim)
-        pipe.runners[0].kill()
-        return f"SIGKILLed runner-0 with {running} of its attempts running"
+        # mid-stream: some rollouts done, and attempts running on the victim
+        victim, running = await busy_runner(pipe, store, enq, running=2, succeeded=2)
+        pipe.runners[victim].kill()
+        return f"SIGKILLed runner-{victim} with {running} of its attempts running"
 
     result, pipe = await run_scenario(workdir, "sigkill-runner", n, kill_runner, sleep=0.05, config=RETRY_SILENT,
                                       processor_args=ORPHAN_ARGS)  # fmt: skip
@@ -110,6 +123,35 @@ async def test_sigkill_runner_mid_rollout(workdir: Path, n: int) -> None:
         ch.close()
     assert retried >= 1, "no rollout was interrupted by the kill and retried as a new attempt"
     assert_exactly_once(result)
+
+
+# ---------------------------------------------------------------- runner network partition
+
+
+@pytest.mark.parametrize("n", reduced_or_full(16, 200))
+async def test_runner_network_partition(workdir: Path, n: int) -> None:
+    """A runner keeps running but cannot reach the broker for longer than ``unresponsive_seconds``.
+
+    Its running attempts go unresponsive and are retried on the other runner; when the link heals,
+    their spans and ``finished`` events (buffered by the cut-off runner's producer) arrive after the
+    retries. Exactly one trajectory per rollout may be trainable: the retries' trajectories are
+    ``final``, the late ones ``superseded``.
+    """
+
+    async def partition(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
+        victim, running = await busy_runner(pipe, store, enq, running=2, succeeded=2)
+        assert pipe.proxy is not None and pipe.runners[victim].pid is not None
+        frozen = pipe.proxy.partition([pipe.runners[victim].pid])
+        await asyncio.sleep(PARTITION_S)
+        pipe.proxy.heal()
+        return (f"runner-{victim} cut off the broker for {PARTITION_S:.0f} s with {running} attempts running "
+                f"({frozen} connections frozen)")  # fmt: skip
+
+    # the cut-off runner delivers everything once healed: its attempts are not orphans (unlike a killed runner's)
+    result, _ = await run_scenario(workdir, "runner-partition", n, partition, sleep=0.05, config=RETRY_SILENT,
+                                   processor_args=("--orphan-seconds", "120"))  # fmt: skip
+    assert_exactly_once(result)
+    assert result.superseded >= 1, "no attempt of the cut-off runner reported after its retry: the race was not exercised"
 
 
 # ---------------------------------------------------------------- processors SIGKILL

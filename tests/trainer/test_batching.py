@@ -90,3 +90,36 @@ def test_non_train_modes_and_ungrouped_rollouts() -> None:
     asm.add(solo, record="solo", now=0.0)
     batch = asm.pop_batch(0, now=0.0)  # a rollout without a group is a group of one
     assert batch is not None and batch.records == ["solo"]
+
+
+def test_only_the_attempt_that_ended_the_rollout_trains_in_either_arrival_order() -> None:
+    """A retried attempt whose runner reported late is ``superseded``: never a member, whenever it arrives."""
+    for late_first in (False, True):
+        asm = GroupAssembler(_cfg(group_size=2, batch_groups=1))
+        a, b = make_group("s", [1, 0], seed=8)
+        final = a.model_copy(update={"attempt_id": "at-2", "attempt_sequence_id": 2, "decision": "final",
+                                     "rollout_status": "succeeded"})  # fmt: skip
+        superseded = a.model_copy(update={"attempt_id": "at-1", "decision": "superseded", "rollout_status": "requeuing"})
+        undecided = b.model_copy(update={"attempt_id": "at-9", "decision": "undecided", "rollout_status": None})
+        arrivals = [superseded, final] if late_first else [final, superseded]
+        for t in [*arrivals, undecided, b]:
+            asm.add(t, record=(t.rollout_id, t.attempt_id), now=0.0)
+        assert sorted(asm.take_done()) == sorted([(superseded.rollout_id, "at-1"),
+                                                  (undecided.rollout_id, "at-9")])  # fmt: skip
+        batch = asm.pop_batch(0, now=0.0)
+        assert batch is not None
+        assert sorted((t.rollout_id, t.attempt_id) for t in batch.trajectories) == sorted(
+            [(final.rollout_id, "at-2"), (b.rollout_id, b.attempt_id)]
+        )
+        assert (asm.stats.superseded, asm.stats.undecided) == (1, 1)
+
+
+def test_a_final_trajectory_of_a_cancelled_rollout_is_a_member_that_never_trains() -> None:
+    asm = GroupAssembler(_cfg(group_size=2, batch_groups=1, min_group_size=1))
+    a, b = make_group("c", [1, 0], seed=9)
+    cancelled = a.model_copy(update={"decision": "final", "rollout_status": "cancelled"})
+    for t in (cancelled, b):
+        asm.add(t, record=t.rollout_id, now=0.0)
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and [t.rollout_id for t in batch.trajectories] == [b.rollout_id]
+    assert asm.stats.failed_rollouts == 1

@@ -133,7 +133,8 @@ class SFT(Algorithm):
         trajectories: dict[tuple[str, str], Trajectory] = {}
 
         def keep(_key: Optional[str], t: Trajectory) -> None:
-            trajectories[(t.rollout_id, t.attempt_id)] = t
+            if t.trainable:  # the attempt that ended its rollout; superseded attempts never train
+                trajectories[(t.rollout_id, t.attempt_id)] = t
 
         follower: TopicFollower[Trajectory] = TopicFollower(self.settings, "triplets", Trajectory, keep)
         producer = await RecordProducer(self.settings).start()

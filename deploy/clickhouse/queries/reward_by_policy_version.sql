@@ -1,5 +1,5 @@
 -- title: Reward per policy version
--- description: Trajectories, triplets and final reward of live (non-replay) trajectories, per policy version that produced them.
+-- description: Trajectories, triplets and final reward of live (non-replay) trajectories that ended their rollout (superseded attempts left out), per policy version that produced them.
 -- panel: table
 -- columns: policy_version, trajectories, triplets, mean_final_reward, min_final_reward, max_final_reward, first_seen, last_seen
 SELECT
@@ -16,7 +16,7 @@ FROM
     SELECT RolloutId, AttemptId, min(PolicyVersion) AS policy_version, any(FinalReward) AS final_reward,
            count() AS n, min(InsertedAt) AS seen
     FROM triplets FINAL
-    WHERE Adapter NOT LIKE 'replay:%'
+    WHERE Adapter NOT LIKE 'replay:%' AND Decision = 'final'
     GROUP BY RolloutId, AttemptId
 )
 GROUP BY policy_version

@@ -13,7 +13,7 @@ FROM
 (
     SELECT RolloutId, AttemptId, any(ResourcesId) AS ResourcesId, any(FinalReward) AS final_reward, min(InsertedAt) AS seen
     FROM triplets FINAL
-    WHERE Adapter NOT LIKE 'replay:%'
+    WHERE Adapter NOT LIKE 'replay:%' AND Decision = 'final'
     GROUP BY RolloutId, AttemptId
 ) AS t
 LEFT JOIN

@@ -13,7 +13,7 @@ FROM
     SELECT RolloutId, AttemptId, min(PolicyVersion) AS policy_version, any(FinalReward) AS final_reward,
            min(InsertedAt) AS seen
     FROM triplets FINAL
-    WHERE Adapter NOT LIKE 'replay:%'
+    WHERE Adapter NOT LIKE 'replay:%' AND Decision = 'final'
     GROUP BY RolloutId, AttemptId
 )
 GROUP BY time

@@ -10,6 +10,6 @@ SELECT
     avg(PromptTokens) AS mean_prompt_tokens,
     avg(ResponseTokens) AS mean_response_tokens
 FROM triplets FINAL
-WHERE Adapter NOT LIKE 'replay:%'
+WHERE Adapter NOT LIKE 'replay:%' AND Decision = 'final'
 GROUP BY policy_version
 ORDER BY policy_version

@@ -68,8 +68,8 @@ def test_failure_requeues_while_attempts_remain_then_fails() -> None:
     # the requeued task comes back on agl.tasks: an echo, ignored
     assert rules.on_task(state, out.requeue, 5.5).note == "duplicate_task"
     # the old attempt finishing late does not touch the new one
-    assert rules.on_attempt_event(state, event("finished", status="succeeded"), 6.0).note == "late_event"
-    assert rules.on_activity(state, "at-00000001", 6.0).note == "old_attempt_activity"
+    assert rules.on_attempt_event(state, event("finished", status="succeeded"), 6.0).note == "superseded_event"
+    assert rules.on_activity(state, "at-00000001", 6.0).note == "superseded_activity"
     state = apply(state, rules.on_attempt_event(state, event("started", retry.attempt_id, 2), 7.0))
     state = apply(state, rules.on_activity(state, retry.attempt_id, 7.5))
     out = rules.on_attempt_event(state, event("finished", retry.attempt_id, 2, "failed"), 8.0)
@@ -153,7 +153,7 @@ def test_unknown_and_stale_inputs_are_reported() -> None:
     assert rules.on_activity(None, "at-x", 1.0).note == "unknown_rollout"
     state = rules.on_task(None, task(attempt_id="at-00000002", seq=2), 0.0).state
     assert rules.on_task(state, task(attempt_id="at-00000001", seq=1), 1.0).note == "stale_task"
-    assert rules.on_attempt_event(state, event("started", "at-00000001", 1), 1.0).note == "late_event"
+    assert rules.on_attempt_event(state, event("started", "at-00000001", 1), 1.0).note == "superseded_event"
 
 
 def test_retry_attempt_ids_are_deterministic_and_upstream_shaped() -> None:

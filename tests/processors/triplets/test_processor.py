@@ -12,7 +12,7 @@ from agl_stream.adapter import TracerTraceToTriplet
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.serialization import decode
-from agl_stream.types import AttemptEvent, DeadLetter, RolloutControl, Span, Trajectory
+from agl_stream.types import Attempt, AttemptEvent, DeadLetter, Rollout, RolloutControl, RolloutSnapshot, Span, Trajectory
 from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions
 
 from tests.agl_stream.adapter.spans import SpanBuilder
@@ -73,6 +73,15 @@ def events(rollout_id: str, attempt_id: str, span_count: int, **meta: object) ->
     )
 
 
+def verdict(rollout_id: str, attempt_id: str, status: str = "succeeded", sequence_id: int = 1) -> RolloutSnapshot:
+    """The state machine's snapshot naming an attempt (terminal: a finished attempt waits for one)."""
+    attempt_status = status if status in ("succeeded", "failed") else "unresponsive"
+    attempt = Attempt(rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id, start_time=0.0,
+                      status=attempt_status)  # type: ignore[arg-type]  # fmt: skip
+    rollout = Rollout(rollout_id=rollout_id, status=status, start_time=0.0)  # type: ignore[arg-type]
+    return RolloutSnapshot(rollout=rollout, attempt=attempt, attempts=sequence_id)
+
+
 async def test_golden_trajectory_from_spans_and_attempt_events(topics: Settings) -> None:
     rid, aid = "ro-aaaaaaaaaaa1", "at-aaaaaaa1"
     spans = golden_spans(rid, aid)
@@ -83,6 +92,7 @@ async def test_golden_trajectory_from_spans_and_attempt_events(topics: Settings)
         for span in spans[:3]:
             await producer.send_and_wait(topics.topic("spans"), span, key=rid)
         await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
         await producer.send_and_wait(topics.topic("attempts"), RolloutControl(rollout_id=rid), key=rid,
                                      headers={"agl-kind": "control"})  # fmt: skip
         for span in reversed(spans[3:]):
@@ -116,6 +126,7 @@ async def test_configured_adapter_and_grace_period_for_missing_spans(topics: Set
         for span in spans:
             await producer.send_and_wait(topics.topic("spans"), span, key=rid)
         await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
         (trajectory,) = await read(topics, "triplets", Trajectory, 1)
     assert [(t.prompt_token_ids, t.reward) for t in trajectory.triplets] == [([6, 7], 1.0)]
     assert trajectory.metadata["incomplete"] is True
@@ -154,6 +165,7 @@ async def test_thousand_malformed_records_interleaved_with_good_ones(topics: Set
                         futures.append(await producer.send(topic, malformed(bad_sent), key=rid))
                         bad_sent += 1
             futures.append(await producer.send(topics.topic("attempts"), finished, key=rid))
+            futures.append(await producer.send(topics.topic("rollouts"), verdict(rid, aid), key=rid))
         while bad_sent < n_bad:
             futures.append(await producer.send(topics.topic("spans"), malformed(bad_sent), key=f"k{bad_sent}"))
             bad_sent += 1
@@ -185,6 +197,7 @@ async def test_uncommitted_spans_are_read_again_after_a_restart(topics: Settings
         # the first instance is gone with the spans buffered but not committed
         async with running(TripletProcessor(topics, options=FAST)):
             await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
             (trajectory,) = await read(topics, "triplets", Trajectory, 1)
     assert trajectory.span_count == len(spans) and "incomplete" not in trajectory.metadata
 
@@ -205,6 +218,7 @@ async def test_a_restart_replays_each_attempt_whole_or_not_at_all(topics: Settin
             for span in spans_a:
                 await producer.send_and_wait(topics.topic("spans"), span, key=rid)
             await producer.send_and_wait(topics.topic("attempts"), finished_a, key=rid)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid_a), key=rid)
             (trajectory_a,) = await read(topics, "triplets", Trajectory, 1)
             await asyncio.sleep(3 * FAST.commit_interval)  # A's finished event gets committed
         second = TripletProcessor(topics, options=FAST)
@@ -212,6 +226,7 @@ async def test_a_restart_replays_each_attempt_whole_or_not_at_all(topics: Settin
             for span in spans_c[1:]:
                 await producer.send_and_wait(topics.topic("spans"), span, key=rid)
             await producer.send_and_wait(topics.topic("attempts"), finished_c, key=rid)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid_c), key=rid)
             trajectories = await read(topics, "triplets", Trajectory, 2)
             health = second.health()
     assert health["pending_attempts"] == 0, "A's replayed spans were buffered as an attempt that never finishes"
@@ -239,9 +254,57 @@ async def test_an_adapter_failure_is_dead_lettered_and_other_attempts_go_on(topi
                 await producer.send_and_wait(topics.topic("spans"), span, key=rid)
             _, finished = events(rid, aid, len(spans))
             await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
         (trajectory,) = await read(topics, "triplets", Trajectory, 1)
         (letter,) = await read(topics, "dlq", DeadLetter, 1)
     assert trajectory.rollout_id == "ro-0000000000ok"
     assert "could not be adapted" in letter.reason and "cannot make sense" in letter.reason
     assert letter.error_type == "ValueError" and decode(letter.payload, AttemptEvent).kind == "finished"
     assert processor.health()["adapter_errors"] == 1
+
+
+async def test_a_superseded_attempt_is_marked_whichever_order_its_finished_arrives_in(topics: Settings) -> None:
+    """Attempt 1 went silent and was retried as attempt 2; attempt 1's runner reports later (or earlier)
+    than attempt 2's. Both trajectories leave, only attempt 2's as the rollout's ``final`` one."""
+    out = {}
+    for order in ("late", "early"):
+        rid = "ro-aaaaaaaaaa1" + ("0" if order == "late" else "1")
+        aid1, aid2 = f"at-{order[:1]}0000001", f"at-{order[:1]}0000002"
+        spans1, spans2 = golden_spans(rid, aid1), golden_spans(rid, aid2)
+        _, finished1 = events(rid, aid1, len(spans1))
+        _, finished2 = events(rid, aid2, len(spans2))
+        finished2 = finished2.model_copy(update={"attempt_sequence_id": 2})
+        async with running(TripletProcessor(topics, options=FAST)), RecordProducer(topics) as producer:
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid1, "requeuing"), key=rid)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid2, "requeuing", 2), key=rid)
+            first, second = ((spans2, finished2), (spans1, finished1)) if order == "late" else ((spans1, finished1), (spans2, finished2))
+            for spans, finished in (first, second):
+                for span in spans:
+                    await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+                await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+            await asyncio.sleep(3 * FAST.poll_timeout)
+            await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid2, "succeeded", 2), key=rid)
+            out[order] = [t for t in await read(topics, "triplets", Trajectory, 2 * len(out) + 2) if t.rollout_id == rid]
+    for order, trajectories in out.items():
+        decisions = {t.attempt_id: (t.decision, t.rollout_status, t.trainable) for t in trajectories}
+        aid1, aid2 = f"at-{order[:1]}0000001", f"at-{order[:1]}0000002"
+        # the superseded one carries whichever status the rollout had when the processor decided on it
+        assert decisions[aid1][0::2] == ("superseded", False) and decisions[aid1][1] in ("requeuing", "succeeded"), order
+        assert decisions[aid2] == ("final", "succeeded", True), order
+
+
+async def test_an_attempt_the_state_machine_never_decides_on_leaves_undecided(topics: Settings) -> None:
+    rid, aid = "ro-aaaaaaaaaa20", "at-a0000020"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    options = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2,
+                                      decision_seconds=0.5)  # fmt: skip
+    processor = TripletProcessor(topics, options=options)
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+        health = processor.health()
+    assert (trajectory.decision, trajectory.rollout_status, trajectory.trainable) == ("undecided", None, False)
+    assert health["trajectories_undecided"] == 1 and health["awaiting_decision"] == 0
