@@ -134,3 +134,24 @@ async def test_replayed_trajectories_can_be_published_to_a_topic(
         ("ro-00000000000a", "replay:check", 1),
         ("ro-00000000000b", "replay:check", 1),
     ]
+
+
+def test_replay_stamps_the_decision_the_rollouts_table_records(ch: ClickHouse) -> None:  # noqa: F811
+    """A retried rollout: attempt 1 (superseded, reported late) and attempt 2 (ended the rollout)."""
+    from agl_stream.types import Attempt, AttemptEvent
+    from tests.processors.clickhouse.store import make_attempt_events
+
+    rid = "ro-0000000000rc"
+    first = [s.model_copy(update={"attempt_id": "at-00000001"}) for s in _attempt(rid, 300)]
+    second = [s.model_copy(update={"attempt_id": "at-00000002"}) for s in _attempt(rid, 400)]
+    insert_records(ch, "spans", first + second)
+    snapshot = make_snapshot(rid)
+    snapshot = snapshot.model_copy(update={"attempts": 2, "attempt": Attempt(rollout_id=rid, attempt_id="at-00000002",
+                                                                             sequence_id=2, status="succeeded")})  # fmt: skip
+    insert_records(ch, "rollouts", [snapshot])
+    events = make_attempt_events(rid, "at-00000001") + [
+        e.model_copy(update={"attempt_sequence_id": 2}) for e in make_attempt_events(rid, "at-00000002")
+    ]
+    insert_records(ch, "attempts", [e for e in events if isinstance(e, AttemptEvent)])
+    decided = {t.attempt_id: (t.decision, t.rollout_status, t.trainable) for t in replay(ch, TracerTraceToTriplet(), label="d")}
+    assert decided == {"at-00000001": ("superseded", "succeeded", False), "at-00000002": ("final", "succeeded", True)}
