@@ -25,6 +25,22 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 ON_DEMAND = {"bench_scaling"}  # too long for the 15-minute `make bench`; `make scaling` runs it
+# (benchmark, figure, "<=" or ">=", bound, what) - DESIGN.md's targets, checked against the medians
+TARGETS: list[tuple[str, str, str, float, str]] = [
+    ("bench_rollouts", "cpu_ms_per_rollout.server_total", "<=", 12.0, "server CPU per rollout (broker + processors, ClickHouse included), ms"),
+    ("bench_rollouts", "cpu_ms_per_rollout.runners_total", "<=", 25.0, "runner CPU per rollout, ms"),
+    ("bench_rollouts", "rollouts_per_s", ">=", 40.0, "rollouts/s, every rollout verified from ClickHouse"),
+    ("bench_rollouts", "verified.duplicates", "<=", 0.0, "duplicates found by the audit"),
+    ("bench_rollouts", "verified.lost", "<=", 0.0, "rollouts/rows lost according to the audit"),
+    ("bench_rollouts", "rss_mb.processors_max", "<=", 350.0, "processors peak RSS, MB"),
+    ("bench_rollouts", "rss_mb.runner_max", "<=", 150.0, "runner process peak RSS, MB"),
+    ("bench_rollouts_offered", "latency.finish_to_triplet_row_s.p99", "<=", 1.0, "offered load: finished -> triplet row p99, s"),
+    ("bench_rollouts_offered", "latency.finish_to_succeeded_snapshot_s.p99", "<=", 1.0,
+     "offered load: finished -> rollout succeeded on agl.rollouts p99, s"),
+    ("bench_rollouts_offered", "latency.finish_to_succeeded_row_s.p99", "<=", 1.0,
+     "offered load: finished -> rollout succeeded in the rollouts table p99, s"),
+    ("bench_runner_export", "agent_thread_us_per_span", "<=", 50.0, "agent thread cost per span, us"),
+]
 VERSIONS = ("aiokafka", "faust-streaming", "chdb", "clickhouse-connect", "torch", "transformers", "verl", "pydantic")
 
 
@@ -94,6 +110,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Repeats per benchmark: {report['repeats']}. Figures are medians, with min-max over repeats.",
         "",
+        *targets_section(report),
     ]
     for bench, result in report["benchmarks"].items():
         lines += [f"## {bench}", ""]
@@ -105,6 +122,21 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {s['median']:.4g} | {s['min']:.4g} | {s['max']:.4g} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def targets_section(report: dict[str, Any]) -> list[str]:
+    """DESIGN.md's targets next to this run's medians (and min-max), met or not."""
+    rows = []
+    for bench, figure, op, bound, what in TARGETS:
+        stats = report["benchmarks"].get(bench, {}).get("figures", {}).get(figure)
+        if stats is None:
+            continue
+        met = stats["median"] <= bound if op == "<=" else stats["median"] >= bound
+        rows.append(f"| {what} | {op} {bound:g} | {stats['median']:.4g} ({stats['min']:.4g}-{stats['max']:.4g}) "
+                    f"| {'met' if met else '**not met**'} |")  # fmt: skip
+    if not rows:
+        return []
+    return ["## Targets", "", "| target | bound | median (min-max) | |", "|---|---:|---:|---|", *rows, ""]
 
 
 def main() -> int:
