@@ -317,6 +317,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         **{key.replace("/", "."): round(mb, 1) for key, mb in sorted(rss.items())},
         "runner_max": runner_rss["max"], "runner_median": runner_rss["median"],
         "processors_max": max((mb for key, mb in rss.items() if key.startswith("processors/")), default=0.0),
+        "driver": max((mb for key, mb in rss.items() if key.startswith("driver/")), default=0.0),
     }  # fmt: skip
     results["ratio"] = {
         "spans_vs_raw_produce": results["spans_per_s"] / results["raw"]["produce_records_per_s"],
@@ -392,10 +393,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     else:
         with tempfile.TemporaryDirectory(prefix="agl-bench-rollouts-") as tmp:
             results = asyncio.run(run(args, Path(tmp)))
-    print_table(results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str))
+    print_table(results)
     if not results["verified"]["ok"]:
         print("VERIFICATION FAILED:", json.dumps(results["verified"], default=str)[:3000], file=sys.stderr)
         sys.exit(1)
