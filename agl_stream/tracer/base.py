@@ -30,10 +30,28 @@ def get_active_attempt() -> Optional[ActiveAttempt]:
     return _ACTIVE.get()
 
 
+_PROCESS_TRACER: Optional["Tracer"] = None
+
+
 def get_active_tracer() -> Optional["Tracer"]:
-    """The tracer of the attempt running in this context, or None outside any attempt."""
+    """The tracer of the attempt running in this context; outside any attempt, the one set with
+    :func:`set_active_tracer` (None if none was)."""
     active = _ACTIVE.get()
-    return active.tracer if active is not None else None
+    return active.tracer if active is not None else _PROCESS_TRACER
+
+
+def set_active_tracer(tracer: "Tracer") -> None:
+    """Make ``tracer`` receive emitted spans outside any attempt (upstream's name; e.g. a ``DummyTracer``
+    so code that calls ``emit_reward`` runs in a unit test). An attempt's own tracer still wins inside it."""
+    global _PROCESS_TRACER
+    if _PROCESS_TRACER is not None and _PROCESS_TRACER is not tracer:
+        raise ValueError("an active tracer is already set; call clear_active_tracer() first")
+    _PROCESS_TRACER = tracer
+
+
+def clear_active_tracer() -> None:
+    global _PROCESS_TRACER
+    _PROCESS_TRACER = None
 
 
 class Tracer(ABC):
