@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Iterator, Optional, Sequence
 
 from agl_stream.tracer.exporter import AttemptCounters
 from agl_stream.types import SpanCoreFields
+from agl_stream.types.upstream import ParallelWorkerBase
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def clear_active_tracer() -> None:
     _PROCESS_TRACER = None
 
 
-class Tracer(ABC):
+class Tracer(ParallelWorkerBase, ABC):
     """Upstream's ``Tracer`` surface: init/teardown, ``trace_context``, ``create_span``, ``get_last_trace``."""
 
     name: str = "agl-stream"
