@@ -158,6 +158,11 @@ def _build(values: dict[str, Any], gpu: Optional[bool]) -> tuple[dict[str, Any],
             options[path] = value
         elif path not in ("group_size", "mini_batch_size", "use_kl_loss", "kl_loss_coef", "epochs", "engine.kind"):
             _set(trainer, path, value)
+    max_response = values.get("algorithm.max_response_length")
+    if max_response is not None:  # verl generates at most this many tokens per turn: agents get it as max_tokens
+        _set(trainer, "sampling_parameters.max_tokens", max_response)
+    if "sampling_parameters" in trainer:
+        trainer["sampling_parameters"].setdefault("temperature", 1.0)  # verl's rollout default
     group = values.get("group_size")
     if group is not None:
         _set(trainer, "batcher.group_size", group)
