@@ -1,64 +1,100 @@
 """agl-stream: Agent Lightning's concepts over an event-streaming pipeline.
 
-This package is what agents import. It must stay light: importing it never pulls torch, faust,
-chdb or litellm (a test enforces this).
+``import agl_stream as agl`` gives upstream's public names (``agl.Trainer``, ``agl.rollout``,
+``agl.emit_reward``, ``agl.TracerTraceToTriplet``, ``agl.APO``, ``agl.VERL``...) with the same
+meaning; the upstream names that have no counterpart here are listed with their replacement in
+``docs/porting-from-agent-lightning.md``. Every name is resolved on first use (PEP 562), so
+importing the package is cheap and never pulls torch, faust, chdb or litellm (a test enforces this);
+``agl.APO``, ``agl.VERL`` and ``agl.RL`` load the trainer service package when first touched.
 """
 
-from agl_stream import semconv
-from agl_stream.config import Settings, SettingsError, load_settings
-from agl_stream.ids import generate_attempt_id, generate_rollout_id, generate_span_id, generate_trace_id
-from agl_stream.serialization import RecordError, decode, encode
-from agl_stream.types import *  # noqa: F401,F403
-from agl_stream.types import __all__ as _types_all
+from __future__ import annotations
 
-# Upstream-style top-level surface: ``agl.emit_reward``, ``@agl.rollout``, ``agl.LitAgent``...
-from agl_stream.client import EnqueueRolloutRequest, StoreClient
-from agl_stream.emitter import (
-    emit_annotation,
-    emit_exception,
-    emit_message,
-    emit_object,
-    emit_reward,
-    find_final_reward,
-    find_reward_spans,
-    operation,
-)
-from agl_stream.litagent import FunctionalLitAgent, LitAgent, llm_rollout, prompt_rollout, rollout
-from agl_stream.runner import Hook, LitAgentRunner
-from agl_stream.tracer import OtelTracer, create_tracer
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "EnqueueRolloutRequest",
-    "FunctionalLitAgent",
-    "Hook",
-    "LitAgent",
-    "LitAgentRunner",
-    "OtelTracer",
-    "StoreClient",
-    "create_tracer",
-    "emit_annotation",
-    "emit_exception",
-    "emit_message",
-    "emit_object",
-    "emit_reward",
-    "find_final_reward",
-    "find_reward_spans",
-    "llm_rollout",
-    "operation",
-    "prompt_rollout",
-    "rollout",
-    "RecordError",
-    "Settings",
-    "SettingsError",
-    "decode",
-    "encode",
-    "generate_attempt_id",
-    "generate_rollout_id",
-    "generate_span_id",
-    "generate_trace_id",
-    "load_settings",
-    "semconv",
-    *_types_all,
-]
+#: public name -> module that defines it (the attribute has the same name)
+_NAMES: dict[str, str] = {}
+
+
+def _add(module: str, *names: str) -> None:
+    for name in names:
+        _NAMES[name] = module
+
+
+# the data model (upstream ``agentlightning.types``)
+_add(
+    "agl_stream.types",
+    "ATTEMPT_STATUSES", "ROLLOUT_STATUSES", "TERMINAL_ATTEMPT_STATUSES", "TERMINAL_ROLLOUT_STATUSES",
+    "Attempt", "AttemptEvent", "AttemptEventKind", "AttemptStatus", "AttemptedRollout", "AttributeValue",
+    "Attributes", "Dataset", "DeadLetter", "Event", "LLM", "Link", "NamedResources", "OtelResource",
+    "ParallelWorkerBase", "PromptTemplate", "ProxyLLM", "Resource", "ResourceUnion", "ResourcesUpdate", "Rollout",
+    "RolloutConfig", "RolloutControl", "RolloutMode", "RolloutRawResult", "RolloutSnapshot", "RolloutStatus", "Span",
+    "SpanAttributeNames", "SpanContext", "SpanCoreFields", "SpanLike", "SpanNames", "SpanRecordingContext",
+    "StatusCode", "TaskInput", "TraceState", "TraceStatus", "Trajectory", "Triplet", "Worker", "WorkerStatus",
+)  # fmt: skip
+_add("agl_stream.config", "Settings", "SettingsError", "load_settings")
+_add("agl_stream.ids", "generate_attempt_id", "generate_rollout_id", "generate_span_id", "generate_trace_id")
+_add("agl_stream.serialization", "RecordError", "decode", "encode")
+_add("agl_stream.env_var", "LightningEnvVar", "resolve_bool_env_var", "resolve_int_env_var", "resolve_str_env_var")
+_add("agl_stream.logging", "configure_logger", "setup_logging", "setup_module_logging")
+# the agent side
+_add(
+    "agl_stream.emitter",
+    "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward", "find_final_reward",
+    "find_reward_spans", "get_message_value", "get_object_value", "get_reward_value", "get_rewards_from_span",
+    "is_reward_span", "operation",
+)  # fmt: skip
+_add("agl_stream.litagent", "FunctionalLitAgent", "LitAgent", "llm_rollout", "prompt_rollout", "rollout")
+_add("agl_stream.runner", "Hook", "LitAgentRunner")
+_add("agl_stream.tracer", "OtelTracer", "Tracer", "create_tracer", "get_active_tracer")
+_add("agl_stream.tracer.base", "clear_active_tracer", "set_active_tracer")
+_add("agl_stream.tracer.compat", "AgentOpsTracer", "DummyTracer")
+# adapters
+_add("agl_stream.adapter", "Adapter", "LlmProxyTraceToTriplet", "TraceAdapter", "TraceToMessages", "TracerTraceToTriplet")
+_add("agl_stream.adapter.upstream", "OtelTraceAdapter", "TraceToTripletBase")
+# the algorithm side
+_add("agl_stream.client", "EnqueueRolloutRequest", "StoreClient")
+_add("agl_stream.algorithm", "Algorithm", "Baseline", "FastAlgorithm", "algo")
+_add("agl_stream.trainer", "Trainer")
+# learning algorithms of the trainer service (torch / an LLM client): loaded on first use
+_SERVICE_NAMES = {
+    "APO": ("agl_stream_trainer.algorithms.apo", "trainer"),
+    "VERL": ("agl_stream_trainer.rl", "trainer"),
+    "RL": ("agl_stream_trainer.rl", "trainer"),
+}
+
+#: submodules reachable as attributes (``agl.semconv``), including upstream's module names
+_SUBMODULES: dict[str, str] = {
+    name: f"agl_stream.{name}"
+    for name in ("adapter", "algorithm", "client", "config", "emitter", "env_var", "execution", "instrumentation",
+                 "litagent", "logging", "reward", "runner", "semconv", "tracer", "trainer", "types")  # fmt: skip
+}
+_SUBMODULES.update(core="agl_stream.types.core", resources="agl_stream.types.resources")
+
+__all__ = sorted({*_NAMES, *_SERVICE_NAMES})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+    elif name in _SERVICE_NAMES:
+        module, extra = _SERVICE_NAMES[name]
+        try:
+            value = getattr(importlib.import_module(module), name)
+        except ModuleNotFoundError as exc:
+            raise ImportError(
+                f"agl_stream.{name} needs the '{extra}' extra: pip install 'agl-stream[{extra}]' ({exc})"
+            ) from exc
+    elif name in _SUBMODULES:
+        value = importlib.import_module(_SUBMODULES[name])
+    else:
+        raise AttributeError(f"module 'agl_stream' has no attribute {name!r}")
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})

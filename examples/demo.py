@@ -155,7 +155,7 @@ def main() -> int:
     settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
     train, val = load("train"), load("val", n_val)
 
-    from agl_stream_trainer.rl import RL
+    from agl_stream import RL
 
     console.rule("[bold]agl-stream demo: GRPO on SmolLM2-135M, everything local")
     console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out validation questions, "

@@ -16,6 +16,9 @@ def processors(
     names: Optional[list[str]] = typer.Argument(None, help="apps to run (default: all); see --list"),
     list_apps: bool = typer.Option(False, "--list", help="list the registered apps and exit"),
     adapter: str = typer.Option("tracer", help="triplets: adapter spec, e.g. 'tracer:agent_match=write'"),
+    components: Optional[Path] = typer.Option(
+        None, "--components", help="triplets: use the adapter object in this components file (written by Trainer.fit)"
+    ),
     grace_seconds: Optional[float] = typer.Option(None, help="triplets: wait this long for missing spans"),
     orphan_seconds: Optional[float] = typer.Option(
         None, help="triplets: give up on an attempt that never finishes after this long (keep it above the "
@@ -38,9 +41,15 @@ def processors(
         for name, target in REGISTRY.items():
             typer.echo(f"{name}\t{target}")
         return
+    adapter_obj: object = adapter
     try:
         selected = resolve(names)
-        build_adapter(adapter)  # fail fast on a bad spec, before anything connects
+        if components is not None:
+            from agl_stream.execution.components import read_components
+
+            adapter_obj = read_components(components).get("adapter") or adapter
+        else:
+            build_adapter(adapter)  # fail fast on a bad spec, before anything connects
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = Settings.from_env()
@@ -48,7 +57,7 @@ def processors(
         typer.echo("error: set AGL_KAFKA_BOOTSTRAP (or start a local broker with `agl-stream broker`)", err=True)
         raise typer.Exit(2)
     options = {
-        "adapter": adapter,
+        "adapter": adapter_obj,
         "grace_seconds": grace_seconds,
         "orphan_seconds": orphan_seconds,
         "retention_seconds": retention_seconds,

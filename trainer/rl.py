@@ -32,9 +32,13 @@ class RL(Algorithm):
         evaluate: bool = True,
         eval_timeout: float = 1200.0,
         output_dir: Optional[Path] = None,
+        validate_before: bool = True,
     ) -> None:
+        """``initial_resources`` given to the Trainer are published with every policy version (the
+        policy itself is the ``main_llm`` resource, which wins over one of that name)."""
         self.config = config if isinstance(config, TrainerConfig) else TrainerConfig.model_validate(dict(config or {}))
         self.evaluate = evaluate
+        self.validate_before = validate_before
         self.eval_timeout = eval_timeout
         self.output_dir = output_dir
         self.report: dict[str, Any] = {}
@@ -60,7 +64,7 @@ class RL(Algorithm):
 
         async def evaluate_before(service: TrainerService) -> None:
             nonlocal before
-            if self.evaluate and val_dataset:
+            if self.evaluate and self.validate_before and val_dataset:
                 logger.info("validation before training (%d tasks, policy version 0)", len(val_dataset))
                 before = await self._evaluate(results, val_dataset, "before")
 
@@ -69,12 +73,14 @@ class RL(Algorithm):
                 version = service.learner.policy_version if service.learner else None
                 logger.info("validation after training (%d tasks, policy version %s)", len(val_dataset), version)
                 after = await self._evaluate(results, val_dataset, "after")
-                comparison = paired_comparison(before, after)
-                self.report["validation"] = _comparison_dict(comparison)
-                logger.info("validation reward %s", comparison.describe())
+                if before:
+                    comparison = paired_comparison(before, after)
+                    self.report["validation"] = _comparison_dict(comparison)
+                    logger.info("validation reward %s", comparison.describe())
 
         service = TrainerService(self.settings, config, before_loop=evaluate_before, after_loop=evaluate_after,
-                                 extra_sinks=[JsonlSink(metrics_path)])  # fmt: skip
+                                 extra_sinks=[JsonlSink(metrics_path)],
+                                 extra_resources=dict(self.initial_resources or {}))  # fmt: skip
         try:
             await service.run()
         finally:
@@ -98,6 +104,17 @@ class RL(Algorithm):
         rewards = rewards_of(outcomes)
         self.report[f"val_{label}"] = {"rewards": rewards, "failed": failed, "missing": missing}
         return rewards
+
+
+def VERL(config: Mapping[str, Any], **options: Any) -> RL:
+    """Upstream's ``agl.VERL(config)``: the RL algorithm from a verl ``main_ppo`` config dict.
+
+    Keys that apply here are mapped onto :class:`TrainerConfig`; the rest are refused with an error
+    naming them (see :mod:`agl_stream_trainer.verl_config`). ``options`` go to :class:`RL`."""
+    from agl_stream_trainer.verl_config import map_verl_config
+
+    trainer_config, mapped_options = map_verl_config(config)
+    return RL(trainer_config, **{**mapped_options, **options})
 
 
 def _comparison_dict(c: PairedComparison) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class TrainerService:
         before_loop: Optional[Callable[["TrainerService"], Awaitable[None]]] = None,
         after_loop: Optional[Callable[["TrainerService"], Awaitable[None]]] = None,
         extra_sinks: Sequence[Any] = (),
+        extra_resources: Optional[dict[str, Any]] = None,
     ) -> None:
         """``before_loop`` / ``after_loop`` run while the engine serves (e.g. evaluations before and
         after training); ``extra_sinks`` receive every step's metrics too."""
@@ -49,6 +50,7 @@ class TrainerService:
         self.before_loop = before_loop
         self.after_loop = after_loop
         self.extra_sinks = list(extra_sinks)
+        self.extra_resources = dict(extra_resources or {})  # published beside the policy (e.g. a prompt template)
         self.learner: Optional[Learner] = None
         self.scheduler: Any = None
         self._closers: list[Any] = []
@@ -106,7 +108,8 @@ class TrainerService:
             publisher = None
             if engine is not None:
                 publisher = WeightPublisher(engine, producer, self.settings, resources_id=cfg.resources_id,
-                                            sampling_parameters=cfg.sampling_parameters)
+                                            sampling_parameters=cfg.sampling_parameters,
+                                            extra_resources=self.extra_resources)
             learner = self.learner = Learner(
                 self.settings, policy, tokenizer, cfg.algorithm, cfg.batcher,
                 publisher=publisher, checkpoints=CheckpointManager(checkpoint_dir, cfg.keep_checkpoints),

@@ -1,17 +1,19 @@
 """Algorithms: the interface, the ``@algo`` decorator, ``Baseline``, and evaluation helpers.
 
-Learning algorithms that need torch or an LLM client (RL, APO, SFT) live in the ``trainer``
-service package and are loaded by dotted path, so this package stays light.
+Learning algorithms that need torch or an LLM client (RL/VERL, APO, SFT) live in the trainer
+service package (``agl_stream_trainer``); ``agl_stream.APO`` / ``agl_stream.VERL`` load them on first
+use, so this package stays light.
 """
 
 from agl_stream.algorithm.base import Algorithm, FunctionalAlgorithm, algo, build_component
-from agl_stream.algorithm.baseline import Baseline
+from agl_stream.algorithm.baseline import Baseline, FastAlgorithm
 from agl_stream.algorithm.results import RolloutResult, RolloutResults, rewards_of, run_dataset
 from agl_stream.algorithm.stats import PairedComparison, paired_comparison, sign_test
 
 __all__ = [
     "Algorithm",
     "Baseline",
+    "FastAlgorithm",
     "FunctionalAlgorithm",
     "PairedComparison",
     "RolloutResult",

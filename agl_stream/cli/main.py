@@ -89,6 +89,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
+    except ModuleNotFoundError as exc:
+        # Service commands import their heavy dependencies when they run (``clickhouse migrate`` needs
+        # clickhouse-connect and chdb): a plain ``pip install agl-stream`` has the command, not the engine.
+        extra = SUBCOMMANDS[first][2] if first in SUBCOMMANDS else None
+        if extra is None or extra == "base":
+            raise
+        typer.echo(f"error: 'agl-stream {first}' needs the '{extra}' extra: pip install 'agl-stream[{extra}]' ({exc})", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

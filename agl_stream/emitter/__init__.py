@@ -2,6 +2,7 @@
 
 from agl_stream.emitter.annotation import emit_annotation, emit_exception, emit_message, emit_object
 from agl_stream.emitter.operation import OperationContext, operation
+from agl_stream.emitter.readers import get_message_value, get_object_value
 from agl_stream.emitter.reward import (
     emit_reward,
     find_final_reward,
@@ -20,6 +21,8 @@ __all__ = [
     "emit_reward",
     "find_final_reward",
     "find_reward_spans",
+    "get_message_value",
+    "get_object_value",
     "get_reward_value",
     "get_rewards_from_span",
     "is_reward_span",

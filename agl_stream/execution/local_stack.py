@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from agl_stream.broker import LocalBroker
 from agl_stream.config import Settings
@@ -74,11 +74,13 @@ class LocalStack:
             await self._wait_for(health, processors, timeout=120)
         return self.settings
 
-    def start_runners(self, agent: str, n_runners: int, *, concurrency: int = 1, extra_args: Sequence[str] = (),
-                      env: Optional[dict[str, str]] = None) -> ServiceProcess:  # fmt: skip
+    def start_runners(self, agent: Union[str, Sequence[str]], n_runners: int, *, concurrency: int = 1,
+                      extra_args: Sequence[str] = (), env: Optional[dict[str, str]] = None) -> ServiceProcess:  # fmt: skip
+        """``agent``: a ``module:object`` path, or the runner's agent arguments (``["--components", FILE]``)."""
+        agent_args = ["--agent", agent] if isinstance(agent, str) else list(agent)
         runners = ServiceProcess(
             "runners",
-            agl_command("runner", "--agent", agent, "--n-runners", str(n_runners), "--concurrency", str(concurrency),
+            agl_command("runner", *agent_args, "--n-runners", str(n_runners), "--concurrency", str(concurrency),
                         "--no-progress", *extra_args),
             env={**self.env(), **(env or {})}, log_path=self.log_dir / "runners.log",
         ).start()  # fmt: skip

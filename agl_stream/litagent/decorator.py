@@ -14,7 +14,9 @@ Parameters are filled by name or by type annotation:
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
+import sys
 from typing import Any, Callable, Optional, get_type_hints
 
 from agl_stream.litagent.litagent import LitAgent, RolloutRawResult
@@ -47,6 +49,16 @@ class FunctionalLitAgent(LitAgent[Any]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.rollout_func(*args, **kwargs)
+
+    def __reduce__(self) -> Any:
+        """Pickle as a reference to the decorated module attribute (``@rollout def f``: the name ``f``
+        is this agent, so the function itself cannot be pickled by reference), else rebuilt from the
+        function. This is how agents reach the runner processes (see ``agl_stream.execution.components``)."""
+        module_name = getattr(self.rollout_func, "__module__", None)
+        qualname = getattr(self.rollout_func, "__qualname__", "")
+        if module_name and "<" not in qualname and _lookup(sys.modules.get(module_name), qualname) is self:
+            return (_agent_by_reference, (module_name, qualname))
+        return (_rebuild_agent, (self.rollout_func, self.strip_proxy, self.trained_agents))
 
     def is_async(self) -> bool:
         return self._is_async
@@ -116,6 +128,28 @@ class FunctionalLitAgent(LitAgent[Any]):
         if not self._is_async:
             raise RuntimeError(f"{self.rollout_func.__name__} is not async; use rollout")
         return await self.rollout_func(**self._arguments(task, resources, rollout))
+
+
+def _lookup(module: Any, qualname: str) -> Any:
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _agent_by_reference(module_name: str, qualname: str) -> "FunctionalLitAgent":
+    agent = _lookup(importlib.import_module(module_name), qualname)
+    if not isinstance(agent, FunctionalLitAgent):
+        raise TypeError(f"{module_name}.{qualname} is a {type(agent).__name__}, not a @rollout agent")
+    return agent
+
+
+def _rebuild_agent(func: Callable[..., Any], strip_proxy: bool, trained_agents: Optional[str]) -> "FunctionalLitAgent":
+    agent = FunctionalLitAgent(func, strip_proxy=strip_proxy)
+    agent.trained_agents = trained_agents
+    return agent
 
 
 def rollout(func: Optional[Callable[..., Any]] = None, *, strip_proxy: bool = True) -> Any:

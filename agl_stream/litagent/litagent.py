@@ -30,8 +30,28 @@ class LitAgent(Generic[T]):
     def __init__(self, *, trained_agents: Optional[str] = None) -> None:
         self.trained_agents = trained_agents
         self._runner: Any = None
+        self._trainer: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the runner processes with its constructor state, never its runner or trainer."""
+        state = dict(self.__dict__)
+        state["_runner"] = None
+        state["_trainer"] = None
+        return state
 
     # ---------------------------------------------------------------- wiring
+
+    def set_trainer(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    def get_trainer(self) -> Any:
+        if getattr(self, "_trainer", None) is None:
+            raise RuntimeError("this agent is not attached to a trainer (in runner processes it never is)")
+        return self._trainer
+
+    @property
+    def trainer(self) -> Any:
+        return self.get_trainer()
 
     def set_runner(self, runner: Any) -> None:
         self._runner = runner

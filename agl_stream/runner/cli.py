@@ -16,7 +16,8 @@ import logging
 import signal
 import subprocess
 import sys
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
@@ -26,7 +27,10 @@ logger = logging.getLogger(__name__)
 
 
 def runner(
-    agent: str = typer.Option(..., "--agent", help="the agent as module:object (LitAgent, subclass or @rollout function)"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="the agent as module:object (LitAgent, subclass or @rollout function)"),
+    components: Optional[Path] = typer.Option(
+        None, "--components", help="a components file written by Trainer.fit (agent, tracer and hooks as objects)"
+    ),
     n_runners: int = typer.Option(1, "--n-runners", min=1, help="runner processes to start"),
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="attempts run at once per process (asyncio tasks)"),
     max_rollouts: Optional[int] = typer.Option(None, "--max-rollouts", min=1, help="stop after this many rollouts (per process)"),
@@ -45,17 +49,37 @@ def runner(
     settings = Settings.from_env(kafka_bootstrap=bootstrap)
     if not settings.kafka_bootstrap:
         raise SettingsError("the runner needs a broker: set AGL_KAFKA_BOOTSTRAP or pass --bootstrap")
+    if (agent is None) == (components is None):
+        raise typer.BadParameter("give the agent as --agent module:object or --components FILE (one of them)")
     if n_runners > 1:
         raise typer.Exit(_run_processes(n_runners, worker_id))
-    from agl_stream.runner.loader import load_agent
-
-    lit_agent = load_agent(agent)
+    lit_agent, extra = _load(agent, components)
     asyncio.run(
         _run_one(
             lit_agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
-            heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress,
+            heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress, **extra,
         )
     )  # fmt: skip
+
+
+def _load(agent: Optional[str], components: Optional[Path]) -> tuple[Any, dict[str, Any]]:
+    """The agent, plus the tracer and hooks when they came as objects in a components file."""
+    from agl_stream.runner.loader import as_agent, load_agent
+
+    if agent is not None:
+        return load_agent(agent), {}
+    from agl_stream.execution.components import read_components
+
+    assert components is not None
+    loaded = read_components(components)
+    if "agent" not in loaded:
+        raise typer.BadParameter(f"{components} holds no agent")
+    extra: dict[str, Any] = {}
+    if loaded.get("tracer") is not None:
+        extra["tracer"] = loaded["tracer"]
+    if loaded.get("hooks"):
+        extra["hooks"] = list(loaded["hooks"])
+    return as_agent(loaded["agent"], str(components)), extra
 
 
 async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool], **options: object) -> None:

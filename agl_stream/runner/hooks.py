@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from agl_stream.types.upstream import ParallelWorkerBase
+
 logger = logging.getLogger(__name__)
 
 HOOK_METHODS = ("on_rollout_start", "on_trace_start", "on_trace_end", "on_rollout_end")
 
 
-class Hook:
+class Hook(ParallelWorkerBase):
     """Override any of the async callbacks; all arguments are keyword-only."""
 
     async def on_rollout_start(self, *, agent: Any, runner: Any, rollout: Any) -> None:

@@ -31,10 +31,11 @@ def load_agent(path: str) -> LitAgent[Any]:
         obj = getattr(module, attr)
     except AttributeError:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
-    return _as_agent(obj, path)
+    return as_agent(obj, path)
 
 
-def _as_agent(obj: Any, path: str) -> LitAgent[Any]:
+def as_agent(obj: Any, path: str) -> LitAgent[Any]:
+    """A LitAgent from what ``path`` named: an agent, a LitAgent subclass, a function or a factory."""
     if isinstance(obj, LitAgent):
         return obj
     if inspect.isclass(obj) and issubclass(obj, LitAgent):
@@ -42,6 +43,6 @@ def _as_agent(obj: Any, path: str) -> LitAgent[Any]:
     if inspect.isfunction(obj) or inspect.iscoroutinefunction(obj):
         params = inspect.signature(obj).parameters
         if not params:  # a factory
-            return _as_agent(obj(), path)
+            return as_agent(obj(), path)
         return FunctionalLitAgent(obj)
     raise TypeError(f"{path} is a {type(obj).__name__}; expected a LitAgent, a LitAgent subclass or a function")

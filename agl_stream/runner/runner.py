@@ -54,6 +54,7 @@ from agl_stream.runner.results import record_result
 from agl_stream.runner.system_snapshot import system_snapshot
 from agl_stream.tracer.base import Tracer
 from agl_stream.tracer.exporter import AttemptCounters
+from agl_stream.tracer.otel import OtelTracer
 from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter, NamedResources, Worker
 
 logger = logging.getLogger(__name__)
@@ -151,6 +152,10 @@ class LitAgentRunner:
             from agl_stream.tracer.factory import create_tracer
 
             self._tracer = create_tracer(self.settings)
+        elif isinstance(self._tracer, OtelTracer) and not self._tracer.has_pipeline:
+            from agl_stream.tracer.factory import create_pipeline
+
+            self._tracer.attach_pipeline(create_pipeline(self.settings))  # upstream's bare ``OtelTracer()``
         await asyncio.to_thread(self._tracer.init)
         self.agent.set_runner(self)
         self._producer = await RecordProducer(self.settings, self.bootstrap).start()

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Iterator, Optional, Sequence
 
 from agl_stream.tracer.exporter import AttemptCounters
 from agl_stream.types import SpanCoreFields
+from agl_stream.types.upstream import ParallelWorkerBase
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,31 @@ def get_active_attempt() -> Optional[ActiveAttempt]:
     return _ACTIVE.get()
 
 
+_PROCESS_TRACER: Optional["Tracer"] = None
+
+
 def get_active_tracer() -> Optional["Tracer"]:
-    """The tracer of the attempt running in this context, or None outside any attempt."""
+    """The tracer of the attempt running in this context; outside any attempt, the one set with
+    :func:`set_active_tracer` (None if none was)."""
     active = _ACTIVE.get()
-    return active.tracer if active is not None else None
+    return active.tracer if active is not None else _PROCESS_TRACER
 
 
-class Tracer(ABC):
+def set_active_tracer(tracer: "Tracer") -> None:
+    """Make ``tracer`` receive emitted spans outside any attempt (upstream's name; e.g. a ``DummyTracer``
+    so code that calls ``emit_reward`` runs in a unit test). An attempt's own tracer still wins inside it."""
+    global _PROCESS_TRACER
+    if _PROCESS_TRACER is not None and _PROCESS_TRACER is not tracer:
+        raise ValueError("an active tracer is already set; call clear_active_tracer() first")
+    _PROCESS_TRACER = tracer
+
+
+def clear_active_tracer() -> None:
+    global _PROCESS_TRACER
+    _PROCESS_TRACER = None
+
+
+class Tracer(ParallelWorkerBase, ABC):
     """Upstream's ``Tracer`` surface: init/teardown, ``trace_context``, ``create_span``, ``get_last_trace``."""
 
     name: str = "agl-stream"

@@ -30,6 +30,20 @@ def create_tracer(
     env: Optional[Mapping[str, str]] = None,
 ) -> OtelTracer:
     """An (uninitialized) :class:`OtelTracer` exporting to the configured sink."""
+    return OtelTracer(create_pipeline(settings, mode=mode, otlp_endpoint=otlp_endpoint, max_buffered=max_buffered,
+                                      overflow=overflow, env=env))  # fmt: skip
+
+
+def create_pipeline(
+    settings: Settings,
+    *,
+    mode: Optional[str] = None,
+    otlp_endpoint: Optional[str] = None,
+    max_buffered: Optional[int] = None,
+    overflow: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> SpanExportPipeline:
+    """The (unstarted) export pipeline the ``AGL_SPAN_*`` variables configure."""
     chosen = resolve_str_env_var("AGL_SPAN_EXPORT", mode, "kafka", env)
     if chosen not in ("kafka", "otlp"):
         raise SettingsError(f"AGL_SPAN_EXPORT={chosen!r}: use 'kafka' or 'otlp'")
@@ -56,4 +70,4 @@ def create_tracer(
         def sink() -> SpanSink:
             return KafkaSpanSink(settings)
 
-    return OtelTracer(SpanExportPipeline(sink, max_buffered=buffered, overflow=policy))  # type: ignore[arg-type]
+    return SpanExportPipeline(sink, max_buffered=buffered, overflow=policy)  # type: ignore[arg-type]

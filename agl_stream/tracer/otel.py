@@ -120,11 +120,37 @@ class OtelTracer(Tracer):
 
     name = "otel"
 
-    def __init__(self, pipeline: SpanExportPipeline, *, capture_spans: bool = True) -> None:
+    def __init__(self, pipeline: Optional[SpanExportPipeline] = None, *, capture_spans: bool = True) -> None:
+        """Without a ``pipeline`` (upstream's ``OtelTracer()``), the runner attaches the one the
+        settings configure (``AGL_SPAN_EXPORT``...) before :meth:`init`."""
         super().__init__()
-        self.pipeline = pipeline
+        self._pipeline = pipeline
         self.capture_spans = capture_spans
         self._otel_tracer: Optional[otel_trace.Tracer] = None
+
+    @property
+    def pipeline(self) -> SpanExportPipeline:
+        if self._pipeline is None:
+            raise RuntimeError("this tracer has no export pipeline yet; the runner attaches one (attach_pipeline)")
+        return self._pipeline
+
+    @property
+    def has_pipeline(self) -> bool:
+        return self._pipeline is not None
+
+    def attach_pipeline(self, pipeline: SpanExportPipeline) -> None:
+        if self._pipeline is not None and self._pipeline is not pipeline:
+            raise RuntimeError("this tracer already exports through another pipeline")
+        self._pipeline = pipeline
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Sent to runner processes before :meth:`init`: configuration only, no threads or OTel handles."""
+        if self._otel_tracer is not None:
+            raise TypeError("an initialized tracer cannot be sent to another process; pass it before init()")
+        state = dict(self.__dict__)
+        state["_pipeline"] = None
+        state["_last"] = None
+        return state
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -20,8 +20,34 @@ from agl_stream.types.records import AttemptEvent, AttemptEventKind, DeadLetter,
 from agl_stream.types.resources import LLM, NamedResources, PromptTemplate, ProxyLLM, Resource, ResourcesUpdate
 from agl_stream.types.spans import Event, Link, OtelResource, Span, SpanContext, SpanCoreFields, TraceStatus
 from agl_stream.types.triplets import Trajectory, TrajectoryDecision, Triplet
+from agl_stream.types.upstream import (
+    Attributes,
+    AttributeValue,
+    Dataset,
+    ParallelWorkerBase,
+    RolloutRawResult,
+    SpanAttributeNames,
+    SpanLike,
+    SpanNames,
+    SpanRecordingContext,
+    StatusCode,
+    TraceState,
+)
+from agl_stream.types.resources import ResourceUnion
 
 __all__ = [
+    "AttributeValue",
+    "Attributes",
+    "Dataset",
+    "ParallelWorkerBase",
+    "ResourceUnion",
+    "RolloutRawResult",
+    "SpanAttributeNames",
+    "SpanLike",
+    "SpanNames",
+    "SpanRecordingContext",
+    "StatusCode",
+    "TraceState",
     "ATTEMPT_STATUSES",
     "ROLLOUT_STATUSES",
     "TERMINAL_ATTEMPT_STATUSES",

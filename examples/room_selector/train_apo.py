@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from agl_stream.trainer import Trainer
     from agl_stream.types import LLM, PromptTemplate
     from examples.room_selector.agent import INITIAL_TEMPLATE
-    from agl_stream_trainer.algorithms.apo import APO
+    from agl_stream import APO
 
     api_key = os.environ.get("AGL_APO_API_KEY") or os.environ.get("OPENAI_API_KEY")
     model = os.environ.get("AGL_APO_MODEL", "openai/gpt-4o-mini")

@@ -43,3 +43,20 @@ def test_heavy_packages_blocked_still_import_agent_path() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_upstream_surface_resolves_lazily_without_heavy_imports() -> None:
+    """``import agl_stream`` loads no submodule; resolving every public name (but the trainer's
+    algorithms) pulls nothing heavy; APO/VERL/RL load the trainer package only when touched."""
+    code = (
+        "import sys\n"
+        "import agl_stream as agl\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('agl_stream.'))\n"
+        "print('after-import', ','.join(loaded))\n"
+        "for name in agl.__all__:\n"
+        "    if name not in ('APO', 'VERL', 'RL'): getattr(agl, name)\n"
+        f"print('heavy', ','.join(sorted(h for h in {HEAVY!r} if h in sys.modules)))\n"
+        "print('trainer', 'agl_stream_trainer' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["after-import ", "heavy ", "trainer False"], out

@@ -32,7 +32,7 @@ import re
 import statistics
 import string
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Generic, Optional, Sequence, TypeVar
 
 from agl_stream.adapter.messages import TraceToMessages
 from agl_stream.algorithm import Algorithm, RolloutResults, run_dataset
@@ -41,6 +41,8 @@ from agl_stream.client import TopicFollower
 from agl_stream.types import NamedResources, PromptTemplate, Span
 
 logger = logging.getLogger(__name__)
+
+T_task = TypeVar("T_task")
 
 CRITIQUE_SYSTEM = (
     "You review prompt templates for an LLM agent. You get the template, and a few episodes in "
@@ -154,12 +156,23 @@ class _SpanCollector:
             await self._follower.wait_changed(min(0.5, max(0.01, deadline - loop.time())))
 
 
-class APO(Algorithm):
-    """Beam search over one prompt template of the initial resources (see the module docstring)."""
+class APO(Algorithm, Generic[T_task]):
+    """Beam search over one prompt template of the initial resources (see the module docstring).
+
+    Upstream's constructor works unchanged: ``APO(AsyncOpenAI(), gradient_model=..., apply_edit_model=...,
+    val_batch_size=..., rollout_batch_timeout=..., run_initial_validation=...)``: with a client, the
+    critique and edit calls go through it (default models ``gpt-5-mini`` and ``gpt-4.1-mini``, as
+    upstream); without one, through litellm with ``model`` / ``api_base`` / ``api_key``.
+    """
 
     def __init__(
         self,
+        async_openai_client: Any = None,
         *,
+        apply_edit_model: Optional[str] = None,
+        rollout_batch_timeout: Optional[float] = None,
+        run_initial_validation: bool = True,
+        _poml_trace: bool = False,
         model: Optional[str] = None,
         api_base: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -189,11 +202,23 @@ class APO(Algorithm):
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if beam_rounds < 0:
             raise ValueError(f"beam_rounds must be >= 0, got {beam_rounds}")
-        self.model = model or os.environ.get("AGL_APO_MODEL") or "openai/gpt-4o-mini"
+        # ``_poml_trace`` is upstream's debug switch for its POML prompt files; these prompts are plain text.
+        self.async_openai_client = async_openai_client
+        if async_openai_client is not None:
+            self.model = model or "gpt-4.1-mini"
+            default_gradient, default_edit = "gpt-5-mini", "gpt-4.1-mini"
+        else:
+            self.model = model or os.environ.get("AGL_APO_MODEL") or "openai/gpt-4o-mini"
+            default_gradient = default_edit = self.model
         self.api_base = api_base or os.environ.get("AGL_APO_API_BASE")
         self.api_key = api_key or os.environ.get("AGL_APO_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        self.gradient_model = gradient_model or self.model
-        self.edit_model = edit_model or self.model
+        self.gradient_model = gradient_model or (model if model else default_gradient)
+        self.edit_model = edit_model or apply_edit_model or (model if model else default_edit)
+        self.apply_edit_model = self.edit_model
+        self.run_initial_validation = run_initial_validation
+        if rollout_batch_timeout is not None:
+            rollout_timeout = rollout_batch_timeout
+        self.rollout_batch_timeout = rollout_timeout
         self.gradient_api_base = gradient_api_base or self.api_base
         self.edit_api_base = edit_api_base or self.api_base
         self.prompt_key = prompt_key
@@ -235,6 +260,9 @@ class APO(Algorithm):
     async def run(self, train_dataset: Optional[Sequence[Any]] = None, val_dataset: Optional[Sequence[Any]] = None) -> dict[str, Any]:
         if not train_dataset or not val_dataset:
             raise ValueError("APO needs a training dataset (for critiques) and a validation dataset (for scores)")
+        if isinstance(self.adapter, TraceToMessages):  # upstream passes Trainer(adapter=TraceToMessages())
+            self.adapter_messages = self.adapter
+            self._llm_call = re.compile(self.adapter_messages.llm_call_match)
         resources = dict(self.initial_resources or {})
         key = self._pick_prompt_key(resources)
         val_batch = self._sample(val_dataset, self.val_batch_size)
@@ -246,8 +274,11 @@ class APO(Algorithm):
         self.spans = await _SpanCollector(self.settings).start()
         try:
             initial = self._add(Candidate(resources[key], round=0))  # type: ignore[arg-type]
-            initial.score = await self._score(resources, key, initial, val_batch)
-            logger.info("APO: initial template scores %.3f", initial.score)
+            if self.run_initial_validation:
+                initial.score = await self._score(resources, key, initial, val_batch)
+                logger.info("APO: initial template scores %.3f", initial.score)
+            else:  # upstream: no baseline score; the seed stays in the beam until scored candidates beat it
+                logger.info("APO: initial validation skipped (run_initial_validation=False)")
             beam = [initial]
             history: list[dict[str, Any]] = [{"round": 0, "candidates": [self._describe(initial)], "beam_scores": [initial.score]}]
             for round_no in range(1, self.beam_rounds + 1):
@@ -278,7 +309,7 @@ class APO(Algorithm):
             best = max(self.candidates, key=lambda c: (c.score if c.score is not None else -1.0, -c.index))
             async with self._publish_lock:
                 final = await self.client.add_resources({**resources, key: best.template})
-            logger.info("APO: best template (candidate %d, round %d) scores %.3f (initial %.3f); published as %s v%d",
+            logger.info("APO: best template (candidate %d, round %d) scores %s (initial %s); published as %s v%d",
                         best.index, best.round, best.score, initial.score, final.resources_id, final.version)  # fmt: skip
             self.report = {
                 "prompt_key": key,
@@ -393,6 +424,15 @@ class APO(Algorithm):
         )
 
     async def _complete(self, model: str, api_base: Optional[str], system: str, user: str, temperature: float) -> str:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        if self.async_openai_client is not None:
+            reply = await self.async_openai_client.chat.completions.create(
+                model=model, messages=messages, temperature=temperature, timeout=self.llm_timeout
+            )
+            text = reply.choices[0].message.content
+            if not text:
+                raise RuntimeError(f"{model} returned an empty reply")
+            return str(text)
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm
 
@@ -404,7 +444,7 @@ class APO(Algorithm):
             kwargs["api_key"] = api_key
         response = await litellm.acompletion(
             model=model,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            messages=messages,
             temperature=temperature,
             timeout=self.llm_timeout,
             num_retries=2,

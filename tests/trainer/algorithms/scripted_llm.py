@@ -6,27 +6,30 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import uvicorn
 from fastapi import FastAPI
 
 
-def completion(model: str, content: str) -> dict[str, Any]:
+def completion(model: str, content: Union[str, dict[str, Any]]) -> dict[str, Any]:
+    """A chat completion whose message is ``content`` (text) or the given message dict (e.g. tool calls)."""
+    message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 
 
 class ScriptedServer:
-    """``answer(request_json) -> str`` decides every reply; ``requests`` records what came in."""
+    """``answer(request_json)`` decides every reply (text, or a message dict); ``requests`` records what came in."""
 
-    def __init__(self, answer: Callable[[dict[str, Any]], str]) -> None:
+    def __init__(self, answer: Callable[[dict[str, Any]], Union[str, dict[str, Any]]]) -> None:
         self.answer = answer
         self.requests: list[dict[str, Any]] = []
         app = FastAPI()

@@ -1,0 +1,14 @@
+"""Deprecated alias of :mod:`agl_stream.emitter`'s reward functions (upstream's ``agentlightning.reward``)."""
+
+import warnings
+
+from agl_stream.emitter.reward import (  # noqa: F401
+    emit_reward,
+    find_final_reward,
+    find_reward_spans,
+    get_reward_value,
+    get_rewards_from_span,
+    is_reward_span,
+)
+
+warnings.warn("agl_stream.reward is deprecated. Please use agl_stream.emitter instead.", DeprecationWarning, stacklevel=2)

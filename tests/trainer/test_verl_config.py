@@ -1,0 +1,88 @@
+"""``agl.VERL(config)``: upstream's verl config dict mapped onto the RL trainer, the rest refused by name."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+
+from agl_stream_trainer.verl_config import VerlConfigError, map_verl_config
+
+# upstream's calc-x example configuration (examples/calc_x/train_calc_agent.py, Agent Lightning 0.3)
+CALC_X = {
+    "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
+    "data": {"train_batch_size": 32, "max_prompt_length": 4096, "max_response_length": 2048},
+    "actor_rollout_ref": {
+        "rollout": {"tensor_model_parallel_size": 1, "n": 4, "log_prob_micro_batch_size_per_gpu": 4,
+                    "multi_turn": {"format": "hermes"}, "name": "vllm", "gpu_memory_utilization": 0.6,
+                    "engine_kwargs": {"vllm": {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}}},
+        "actor": {"ppo_mini_batch_size": 32, "ppo_micro_batch_size_per_gpu": 4, "optim": {"lr": 1e-6},
+                  "use_kl_loss": False, "kl_loss_coef": 0.0, "entropy_coeff": 0, "clip_ratio_low": 0.2,
+                  "clip_ratio_high": 0.3, "fsdp_config": {"param_offload": True, "optimizer_offload": True}},
+        "ref": {"log_prob_micro_batch_size_per_gpu": 8, "fsdp_config": {"param_offload": True}},
+        "model": {"path": "Qwen/Qwen2.5-1.5B-Instruct", "use_remove_padding": True, "enable_gradient_checkpointing": True},
+    },
+    "trainer": {"n_gpus_per_node": 1, "val_before_train": True, "critic_warmup": 0, "logger": ["console", "wandb"],
+                "project_name": "AgentLightning", "experiment_name": "calc_x", "nnodes": 1, "save_freq": 64,
+                "test_freq": 32, "total_epochs": 2},
+}  # fmt: skip
+
+
+def test_calc_x_config_maps_onto_the_trainer_config(caplog: pytest.LogCaptureFixture) -> None:
+    from agl_stream_trainer.config import TrainerConfig
+
+    with caplog.at_level(logging.WARNING):
+        trainer, options = map_verl_config(CALC_X, gpu=False)
+    config = TrainerConfig.model_validate(trainer)  # valid as a whole
+    assert config.model == "Qwen/Qwen2.5-1.5B-Instruct" and config.run_id == "calc_x"
+    assert config.algorithm.estimator == "grpo" and config.algorithm.kl_coef == 0.0
+    assert (config.algorithm.clip_ratio_low, config.algorithm.clip_ratio_high) == (0.2, 0.3)
+    assert (config.algorithm.max_prompt_length, config.algorithm.max_response_length) == (4096, 2048)
+    assert config.optim.lr == 1e-6 and config.backend.gradient_checkpointing is True
+    assert config.batcher.group_size == 4 and config.scheduler and config.scheduler.group_size == 4
+    assert config.batcher.batch_groups == 32 and config.algorithm.mini_batches == 1
+    assert config.scheduler.epochs == 2 and config.checkpoint_every == 64
+    assert config.sampling_parameters == {"max_tokens": 2048, "temperature": 1.0}
+    assert config.metrics.wandb_project == "AgentLightning"
+    assert config.engine.kind == "embedded"  # no GPU: the CPU engine stands in for vLLM
+    assert options == {"validate_before": True}
+    assert "test_freq" in caplog.text and "embedded CPU engine" in caplog.text
+
+
+def test_vllm_keys_become_engine_arguments_on_a_gpu() -> None:
+    trainer, _ = map_verl_config(CALC_X, gpu=True)
+    assert trainer["engine"] == {"kind": "vllm", "vllm_args": [
+        "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.6", "--enable-auto-tool-choice",
+        "--tool-call-parser", "hermes"]}  # fmt: skip
+
+
+def test_kl_loss_and_mini_batches() -> None:
+    config = copy.deepcopy(CALC_X)
+    config["actor_rollout_ref"]["actor"].update(use_kl_loss=True, kl_loss_coef=0.05, ppo_mini_batch_size=8)
+    trainer, _ = map_verl_config(config, gpu=False)
+    assert trainer["algorithm"]["kl_coef"] == 0.05 and trainer["algorithm"]["mini_batches"] == 4
+
+
+def test_keys_that_cannot_be_honoured_are_refused_by_name() -> None:
+    config = copy.deepcopy(CALC_X)
+    config["algorithm"].update(adv_estimator="gae", use_kl_in_reward=True)
+    config["critic"] = {"optim": {"lr": 1e-5}}
+    config["trainer"]["nnodes"] = 2
+    config["actor_rollout_ref"]["model"]["lora_rank"] = 32
+    with pytest.raises(VerlConfigError) as err:
+        map_verl_config(config, gpu=False)
+    message = str(err.value)
+    for key in ("algorithm.adv_estimator='gae'", "algorithm.use_kl_in_reward=True", "critic.optim.lr", "trainer.nnodes=2",
+                "actor_rollout_ref.model.lora_rank"):  # fmt: skip
+        assert key in message
+
+
+def test_verl_returns_the_rl_algorithm_with_options() -> None:
+    import agl_stream as agl
+
+    config = copy.deepcopy(CALC_X)
+    config["trainer"]["val_before_train"] = False
+    algorithm = agl.VERL(config)
+    assert isinstance(algorithm, agl.RL) and isinstance(algorithm, agl.Algorithm)
+    assert algorithm.validate_before is False and algorithm.config.run_id == "calc_x"
