@@ -1,4 +1,8 @@
-"""``agl-stream processors [APP...]``: run the stream processors as one service (all apps by default)."""
+"""``agl-stream processors [APP...]``: run the stream processors as one service (all apps by default).
+
+Several apps run one process each (:mod:`agl_stream_processors.supervisor`) unless ``--one-process``
+asks for a single event loop (handy under a debugger); one app runs in this process.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ def processors(
     health_port: Optional[int] = typer.Option(None, help="serve GET /health on this port (200 healthy, 503 not)"),
     health_host: str = typer.Option("0.0.0.0", help="address of the health endpoint"),
     shutdown_timeout: float = typer.Option(30.0, help="seconds apps get to finish in-flight work on shutdown"),
+    one_process: bool = typer.Option(
+        False, "--one-process", help="run several apps in this one process instead of one child process each"
+    ),
 ) -> None:
     from agl_stream.adapter import build_adapter
     from agl_stream_processors.service import REGISTRY, ProcessorService, resolve
@@ -64,6 +71,12 @@ def processors(
         "sink_batch_size": sink_batch_size,
     }
 
+    if len(selected) > 1 and not one_process:
+        forwarded = _forwarded_options(adapter, components, grace_seconds, orphan_seconds, retention_seconds,
+                                       sink_batch_size, shutdown_timeout)  # fmt: skip
+        raise typer.Exit(_supervise(settings, selected, forwarded, health_interval, health_file, health_port, health_host,
+                                    shutdown_timeout))  # fmt: skip
+
     async def main(stop: asyncio.Event) -> int:
         service = ProcessorService(
             settings, selected, options=options, health_interval=health_interval, health_file=health_file,
@@ -81,3 +94,38 @@ def processors(
 
     code = run_until_signal(main)
     raise typer.Exit(code)
+
+
+def _forwarded_options(adapter: str, components: Optional[Path], grace_seconds: Optional[float],
+                       orphan_seconds: Optional[float], retention_seconds: Optional[float],
+                       sink_batch_size: Optional[int], shutdown_timeout: float) -> list[str]:  # fmt: skip
+    """The options every app process gets (each app reads the ones it knows)."""
+    args = ["--adapter", adapter, "--shutdown-timeout", str(shutdown_timeout)]
+    for flag, value in (("--components", components), ("--grace-seconds", grace_seconds),
+                        ("--orphan-seconds", orphan_seconds), ("--retention-seconds", retention_seconds),
+                        ("--sink-batch-size", sink_batch_size)):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _supervise(settings: Settings, selected: list[str], forwarded: list[str], health_interval: float,
+               health_file: Optional[Path], health_port: Optional[int], health_host: str, shutdown_timeout: float) -> int:  # fmt: skip
+    from agl_stream_processors.supervisor import ProcessSupervisor
+
+    state_dir = (health_file.parent if health_file is not None else settings.data_dir) / "processors.d"
+    supervisor = ProcessSupervisor(selected, forwarded, state_dir=state_dir, health_interval=health_interval,
+                                   health_file=health_file, shutdown_timeout=shutdown_timeout)  # fmt: skip
+
+    async def main(stop: asyncio.Event) -> int:
+        if health_port is None:
+            return await supervisor.run(stop)
+        from agl_stream_processors.health_http import HealthServer
+
+        server = await HealthServer(supervisor.health, health_host, health_port).start()
+        try:
+            return await supervisor.run(stop)
+        finally:
+            await server.stop()
+
+    return run_until_signal(main)

@@ -148,3 +148,73 @@ def test_cli_runs_until_sigterm_and_exits_cleanly(settings: Settings, tmp_path: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _service_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AGL_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
+        "AGL_TOPIC_PREFIX": settings.topic_prefix,
+        "AGL_PARTITIONS": str(settings.partitions),
+        "AGL_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "AGL_DATA_DIR": str(tmp_path / "agl"),
+    }
+
+
+def _ready(app: dict) -> bool:
+    """An app's own ``ready``, or (the sinks) every sink's."""
+    if "ready" in app:
+        return bool(app["ready"])
+    sinks = [v for v in app.values() if isinstance(v, dict)]
+    return bool(sinks) and all(v.get("ready") for v in sinks)
+
+
+def _wait_all_ready(proc: "subprocess.Popen[bytes]", health: Path, apps: set[str], log: Path, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            report = json.loads(health.read_text())
+        except (OSError, ValueError):
+            report = {}
+        if set(report.get("apps", {})) == apps and all(_ready(a) for a in report["apps"].values()):
+            return report
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"the apps never all reported ready: {health.read_text() if health.exists() else '(no report)'}\n"
+                         f"{log.read_text(errors='replace')[-4000:]}")  # fmt: skip
+
+
+@pytest.mark.integration
+def test_every_app_runs_in_its_own_process_and_a_dead_one_stops_the_service(settings: Settings, tmp_path: Path) -> None:
+    """The default: one process per app, one merged health report; an app crashing takes the service down
+    (exit 1) so a supervisor restarts everything, and SIGTERM stops every app cleanly (exit 0)."""
+    from agl_stream_topics.admin import ensure_topics
+
+    asyncio.run(ensure_topics(settings))
+    apps = {"state-machine", "triplets", "sinks"}
+    for crash in (False, True):
+        health = tmp_path / f"health-{crash}.json"
+        cmd = [sys.executable, "-m", "agl_stream.cli.main", "processors", "--health-interval", "0.5",
+               "--health-file", str(health)]  # fmt: skip
+        log = tmp_path / f"service-{crash}.log"  # a file: a pipe nobody reads would fill up and block the service
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, env=_service_env(settings, tmp_path), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            report = _wait_all_ready(proc, health, apps, log)
+            pids = {name: info["pid"] for name, info in report["processes"].items()}
+            assert len(set(pids.values())) == 3 and proc.pid not in pids.values()
+            if crash:
+                os.kill(pids["triplets"], signal.SIGKILL)
+                assert proc.wait(timeout=90) == 1
+                final = json.loads(health.read_text())
+                assert final["apps"]["triplets"]["status"] == "failed"
+                for pid in pids.values():  # the others were stopped, not left running
+                    with pytest.raises(ProcessLookupError):
+                        os.kill(pid, 0)
+            else:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=90) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
