@@ -1,0 +1,106 @@
+"""agl-stream's adapters give Agent Lightning 0.3.0's answers on upstream's own spans (issue 13).
+
+The golden corpus (``tests/agl_stream/adapter/golden/corpus.json``) holds rollouts recorded by
+upstream's own runner, tracers (AgentOpsTracer with a real OpenAI client, OtelTracer) and LLM proxy,
+each with upstream's own derivations: final reward, reward list and dimensions,
+``TracerTraceToTriplet`` under every ``RewardMatchPolicy`` / ``agent_match`` / ``repair_hierarchy``,
+``LlmProxyTraceToTriplet`` and ``TraceToMessages``. Here every case is adapted by agl-stream as
+upstream's store returned it and after every delivery an exporter can make (creation order, end
+order, shuffled; with and without sequence ids), and must give upstream's stored-order answer each
+time. ``test_golden_roundtrip.py`` does the same after the OTLP receiver and ClickHouse.
+
+Regenerate the corpus (creates a side venv with agentlightning==0.3.0, never a dependency of
+agl-stream; needs the package index once) with one command from the repository root::
+
+    make golden        # = python3 -m tests.agl_stream.adapter.golden.generate
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agl_stream.adapter import TracerTraceToTriplet
+from tests.agl_stream.adapter.golden.cases import GoldenCase, differences, golden_cases, load_corpus
+from tests.agl_stream.adapter.golden.spec import (
+    CORPUS_PATH,
+    DELIVERIES,
+    ORDERS,
+    REQUIRED_SHAPES,
+    UPSTREAM_VERSION,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CASES = golden_cases()
+STORED = "stored"  # the spans exactly as upstream's store returned them
+
+
+def test_corpus_covers_every_shape_issue_13_names() -> None:
+    corpus = load_corpus()
+    assert corpus["required_shapes"] == list(REQUIRED_SHAPES)
+    covered = {shape for case in corpus["cases"] for shape in case["shapes"]}
+    assert not set(REQUIRED_SHAPES) - covered, f"shapes without a case: {sorted(set(REQUIRED_SHAPES) - covered)}"
+    assert corpus["deliveries"] == list(DELIVERIES)
+    assert set(ORDERS) == {"creation", "end", "shuffled"}
+
+
+def test_corpus_was_recorded_by_upstream_and_is_well_formed() -> None:
+    corpus = load_corpus()
+    assert corpus["upstream_versions"]["agentlightning"] == UPSTREAM_VERSION
+    assert CORPUS_PATH.stat().st_size < 2_000_000
+    names = [case.name for case in CASES]
+    assert len(names) == len(set(names)) and len(names) >= 15
+    for case in CASES:
+        spans = case.spans
+        assert spans, case.name
+        assert len({(s.rollout_id, s.attempt_id) for s in spans}) == 1, case.name
+        for order in ORDERS:
+            assert sorted(case.data["orders"][order]) == list(range(len(spans))), (case.name, order)
+        # the orders differ where exporters differ: children end before their parents
+        assert case.data["orders"]["creation"] != case.data["orders"]["end"] or len(spans) <= 2, case.name
+        assert case.intrinsic <= {s.span_id for s in spans}
+        for key in ("final_reward", "reward_list", "reward_dimensions", "tracer_triplets", "proxy_triplets", "messages"):
+            assert key in case.data["upstream"], (case.name, key)
+
+
+def test_regenerating_is_one_command() -> None:
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "\ngolden:" in makefile and "-m tests.agl_stream.adapter.golden.generate" in makefile
+    assert "make golden" in load_corpus()["regenerate"]
+    done = subprocess.run([sys.executable, "-m", "tests.agl_stream.adapter.golden.generate", "--help"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "--venv" in done.stdout and "agentlightning 0.3.0" in done.stdout
+
+
+@pytest.mark.parametrize("delivery", (STORED,) + DELIVERIES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_adapters_give_upstreams_answers_whatever_the_delivery(case: GoldenCase, delivery: str) -> None:
+    spans = case.spans if delivery == STORED else case.delivered(delivery)
+    problems = differences(case, spans, None if delivery == STORED else delivery)
+    assert not problems, f"{case.name} delivered {delivery}:\n" + "\n".join(problems)
+
+
+def test_deliveries_change_upstreams_own_answers_so_they_test_something() -> None:
+    """Upstream, fed the same spans in another arrival order, answers differently in places; the
+    corpus records where (agl-stream must not, as the test above checks)."""
+    moved = {(case.name, delivery, key) for case in CASES
+             for delivery, keys in case.data["upstream_by_delivery"].items() for key in keys}  # fmt: skip
+    keys = {key for _, _, key in moved}
+    assert {"tracer_triplets", "final_reward", "messages", "proxy_triplets"} <= keys, keys
+    assert any(delivery.startswith("creation/") for _, delivery, _ in moved)
+
+
+def test_issue_13_last_call_keeps_the_intermediate_reward_when_spans_arrive_in_end_order() -> None:
+    """The reported bug: two calls, 0.5 after the first, 0.9 after the second, final reward 1.0;
+    delivered as exporters do (end order, no sequence ids) the last call must get 0.9, not 1.0."""
+    case = next(c for c in CASES if c.name == "agentops_intermediate_then_final")
+    bodies = case.expected("triplet_bodies")
+    assert case.expected("final_reward") == 1.0
+    for delivery in DELIVERIES:
+        triplets = TracerTraceToTriplet().adapt(case.delivered(delivery))
+        assert [t.reward for t in triplets] == [0.5, 0.9], delivery
+        assert [t.metadata["response_id"] for t in triplets] == [b["metadata"]["response_id"] for b in bodies], delivery
