@@ -15,7 +15,7 @@ Nested = Union[dict[str, Any], list[Any]]
 def with_prefix(attributes: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """The attributes under ``prefix.`` with the prefix removed (a key equal to ``prefix`` is ignored)."""
     cut = len(prefix) + 1
-    return {key[cut:]: value for key, value in attributes.items() if key.startswith(prefix) and key[len(prefix) : cut] == "."}
+    return {key[cut:]: value for key, value in attributes.items() if key.startswith(f"{prefix}.")}
 
 
 def unflatten(flat: Mapping[str, Any]) -> Nested:

@@ -120,8 +120,7 @@ def store_order_key(span: Any) -> tuple[float, float, int, str]:
 def store_order(spans: Iterable[S]) -> list[S]:
     """Spans in upstream's store order when they carry times; otherwise in the order given."""
     items = list(spans)
-    timed = all(_seconds(getattr(s, "end_time", None)) is not None or _seconds(getattr(s, "start_time", None)) is not None
-                for s in items)  # fmt: skip
+    timed = all(store_order_key(s)[0] != -math.inf for s in items)
     return sorted(items, key=store_order_key) if timed else items
 
 

@@ -118,8 +118,8 @@ async def test_corpus_through_the_otlp_receiver_or_the_topic_then_clickhouse(top
     async with RecordProducer(topics) as producer:
         for case, route, delivery, rollout_id in plans:
             if route == "topic":
-                records = [(rollout_id, s.model_copy(update={"rollout_id": rollout_id})) for s in case.delivered(delivery)]
-                await producer.send_many(topics.topic("spans"), records)
+                spans = [s.model_copy(update={"rollout_id": rollout_id}) for s in case.delivered(delivery)]
+                await producer.send_many(topics.topic("spans"), [(rollout_id, s) for s in spans])
 
     await run_sinks(topics, ["spans"], idle_exit=3.0)  # drains agl.spans into ClickHouse, then stops
     ch = connect(topics.effective_clickhouse_dsn, create_database=True)

@@ -151,7 +151,8 @@ def differences(case: GoldenCase, spans: Sequence[Span], delivery: Optional[str]
     check("reward list", case.expected("reward_list"),
           lambda: [emitter.get_reward_value(s) for s in emitter.find_reward_spans(spans)])  # fmt: skip
     check("reward dimensions", case.expected("reward_dimensions"),
-          lambda: [[r.model_dump() for r in emitter.get_rewards_from_span(s)] for s in emitter.find_reward_spans(spans)])  # fmt: skip
+          lambda: [[r.model_dump() for r in emitter.get_rewards_from_span(s)]
+                   for s in emitter.find_reward_spans(spans)])  # fmt: skip
     for config in case.expected("tracer_triplets"):
         expected, got = _tracer_rows(case, config, spans)
         if got != expected:

@@ -35,7 +35,7 @@ from fake_vllm import DUPLICATE_ID_MODEL, FakeVllm  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
 import openai  # noqa: E402
-from agentlightning.adapter.triplet import LlmProxyTraceToTriplet, RewardMatchPolicy, TracerTraceToTriplet, TraceTree  # noqa: E402
+from agentlightning.adapter.triplet import LlmProxyTraceToTriplet, RewardMatchPolicy, TracerTraceToTriplet  # noqa: E402
 from agentlightning.adapter.messages import TraceToMessages  # noqa: E402
 from agentlightning.emitter.reward import (  # noqa: E402
     find_final_reward,
