@@ -109,10 +109,15 @@ def _content_logprobs(value: Any) -> Optional[list[float]]:
 
 
 def response_id(attributes: Mapping[str, Any]) -> Optional[str]:
-    """The first response id that is text (upstream skips a key whose value is not a string)."""
+    """The first response id that is text (upstream skips a key whose value is not a string).
+
+    An empty id counts as none: upstream would take ``""`` for an id and merge every such call
+    into one (its instrumentations never record an empty id; agl-stream's records one when the
+    server sent none).
+    """
     for key in RESPONSE_ID_KEYS:
         value = attributes.get(key)
-        if isinstance(value, str):
+        if isinstance(value, str) and value:
             return value
     return None
 

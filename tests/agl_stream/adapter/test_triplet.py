@@ -228,3 +228,15 @@ def test_transition_view_of_a_triplet() -> None:
 def test_spans_survive_a_json_round_trip_unchanged_for_the_adapter() -> None:
     spans = [Span.model_validate_json(s.model_dump_json()) for s in first_sibling_case().spans]
     assert [t.reward for t in TracerTraceToTriplet().adapt(spans)] == [0.3, 1.0, 0.9]
+
+
+def test_response_ids_dedup_only_when_they_are_text() -> None:
+    b = SpanBuilder()
+    root = b.agent("main", 0.0, 10.0)
+    b.llm(1.0, 2.0, root, prompt=[1], response=[2], response_id="")  # no id from the server: not a duplicate key
+    b.llm(3.0, 4.0, root, prompt=[3], response=[4], response_id="")
+    b.llm(5.0, 6.0, root, prompt=[5], response=[6], extra={semconv.GEN_AI_RESPONSE_ID: 7})  # not text: ignored
+    b.llm(7.0, 8.0, root, prompt=[7], response=[8], extra={semconv.GEN_AI_RESPONSE_ID: 7})
+    triplets = TracerTraceToTriplet().adapt(b.spans)
+    assert [t.prompt_token_ids for t in triplets] == [[1], [3], [5], [7]]
+    assert all(t.metadata["response_id"] is None for t in triplets)
