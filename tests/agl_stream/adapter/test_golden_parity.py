@@ -47,6 +47,47 @@ def test_corpus_covers_every_shape_issue_13_names() -> None:
     assert set(ORDERS) == {"creation", "end", "shuffled"}
 
 
+LLM_NAMES = {"openai.chat.completion", "raw_gen_ai_request", "litellm_request"}
+
+
+def _shape_holds(shape: str, case: GoldenCase) -> bool:
+    """What a shape tag claims, checked on the recorded spans and upstream's answers."""
+    spans = case.spans
+    by_id = {s.span_id: s for s in spans}
+    llm = [s for s in spans if s.name in LLM_NAMES]
+    calls = [s for s in spans if s.name in ("openai.chat.completion", "raw_gen_ai_request")]
+    rewards = case.expected("reward_list")
+    reward_ids = set(case.expected("reward_span_ids"))
+    agents = {s.span_id for s in spans if "agent.name" in s.attributes or s.attributes.get("agentops.span.kind") == "agent"}
+    response_ids = [s.attributes.get("gen_ai.response.id") or s.attributes.get("llm.hosted_vllm.id") for s in calls]
+    response_ids = [r for r in response_ids if r]
+    checks = {
+        "nested_agents": lambda: any(s.span_id in agents and s.parent_id in agents for s in spans),
+        "multiple_llm_calls": lambda: len(calls) >= 2,
+        "reward_none": lambda: not rewards and case.expected("final_reward") is None,
+        "reward_intermediate": lambda: len(rewards) >= 2,
+        "reward_final": lambda: case.expected("final_reward") is not None,
+        "reward_multi_dimensional": lambda: any(len(d) >= 2 for d in case.expected("reward_dimensions")),
+        "reward_before_any_call": lambda: any(
+            by_id[r].end_time < min(c.start_time for c in calls) for r in reward_ids  # type: ignore[operator]
+        ),
+        "llm_otel_shaped": lambda: any(s.attributes.get("gen_ai.system") == "openai" for s in llm),
+        "llm_agentops_shaped": lambda: any(s.resource.attributes.get("service.name") == "agentops" for s in llm),
+        "llm_proxy_shaped": lambda: any(s.name == "raw_gen_ai_request" for s in llm),
+        "several_trace_ids": lambda: len({s.trace_id for s in spans}) >= 2,
+        "duplicated_response_ids": lambda: len(response_ids) > len(set(response_ids)),
+        "streaming_call": lambda: any(s.attributes.get("gen_ai.request.streaming") is True
+                                      or s.attributes.get("llm.is_streaming") in (True, "True") for s in llm),  # fmt: skip
+    }
+    return checks[shape]()
+
+
+def test_every_case_really_has_the_shapes_it_is_tagged_with() -> None:
+    wrong = [(case.name, shape) for case in CASES for shape in case.data["shapes"]
+             if shape in REQUIRED_SHAPES and not _shape_holds(shape, case)]  # fmt: skip
+    assert not wrong
+
+
 def test_corpus_was_recorded_by_upstream_and_is_well_formed() -> None:
     corpus = load_corpus()
     assert corpus["upstream_versions"]["agentlightning"] == UPSTREAM_VERSION

@@ -538,11 +538,12 @@ def proxy_calls_and_rewards(ctx: Ctx) -> Optional[float]:
     return 1.0
 
 
-@case("proxy", ["llm_proxy_shaped", "reward_before_any_call", "duplicated_response_ids", "streaming_call",
+@case("proxy", ["llm_proxy_shaped", "reward_before_any_call", "duplicated_response_ids", "streaming_via_proxy",
                 "reward_multi_dimensional"])  # fmt: skip
 def proxy_duplicates_and_streaming(ctx: Ctx) -> Optional[float]:
     """A reward before any call, two proxied calls reporting one response id, a multi-dimensional
-    reward, and a streamed call through the proxy."""
+    reward, and a streamed call through the proxy (which, as upstream documents, turns it into a
+    plain call upstream of LiteLLM, so its spans record a non-streaming call)."""
     agl.emit_reward(0.1)
     tick()
     ctx.chat("first", model=DUPLICATE_ID_MODEL)
