@@ -58,7 +58,8 @@ def _shape_holds(shape: str, case: GoldenCase) -> bool:
     calls = [s for s in spans if s.name in ("openai.chat.completion", "raw_gen_ai_request")]
     rewards = case.expected("reward_list")
     reward_ids = set(case.expected("reward_span_ids"))
-    agents = {s.span_id for s in spans if "agent.name" in s.attributes or s.attributes.get("agentops.span.kind") == "agent"}
+    agents = {s.span_id for s in spans
+              if "agent.name" in s.attributes or s.attributes.get("agentops.span.kind") == "agent"}  # fmt: skip
     response_ids = [s.attributes.get("gen_ai.response.id") or s.attributes.get("llm.hosted_vllm.id") for s in calls]
     response_ids = [r for r in response_ids if r]
     checks = {
@@ -76,8 +77,7 @@ def _shape_holds(shape: str, case: GoldenCase) -> bool:
         "llm_proxy_shaped": lambda: any(s.name == "raw_gen_ai_request" for s in llm),
         "several_trace_ids": lambda: len({s.trace_id for s in spans}) >= 2,
         "duplicated_response_ids": lambda: len(response_ids) > len(set(response_ids)),
-        "streaming_call": lambda: any(s.attributes.get("gen_ai.request.streaming") is True
-                                      or s.attributes.get("llm.is_streaming") in (True, "True") for s in llm),  # fmt: skip
+        "streaming_call": lambda: any(s.attributes.get("gen_ai.request.streaming") is True for s in llm),
     }
     return checks[shape]()
 

@@ -22,7 +22,8 @@ def test_v3_rewards_on_any_span_name_primary_first() -> None:
 
 
 def test_malformed_v3_entries_are_not_rewards() -> None:
-    gap = {"agentlightning.reward.0.name": "a", "agentlightning.reward.0.value": 1.0, "agentlightning.reward.2.value": 2.0}
+    gap = {"agentlightning.reward.0.name": "a", "agentlightning.reward.0.value": 1.0,
+           "agentlightning.reward.2.value": 2.0}  # fmt: skip
     assert reward_dimensions(gap) == []  # indices must be 0..n-1 (upstream raises a validation error)
     assert reward_dimensions({"agentlightning.reward.0.value": 1.0}) == []  # a reward needs its name
     assert reward_dimensions({"agentlightning.reward.0.name": "a", "agentlightning.reward.0.value": "high"}) == []
@@ -33,7 +34,8 @@ def test_agentops_payloads_and_the_v02_annotation() -> None:
     assert reward_value("judge.task", {"agentops.task.output": payload}) == 0.75
     assert reward_value("judge.task", {"agentops.entity.output": {"type": "reward", "value": 0.25}}) == 0.25
     # a null reward makes a non-reward span, and stops the search there (as upstream)
-    assert reward_value(AGL_ANNOTATION, {"agentops.task.output": '{"type": "reward", "value": null}', "reward": 1.0}) is None
+    null = {"agentops.task.output": '{"type": "reward", "value": null}', "reward": 1.0}
+    assert reward_value(AGL_ANNOTATION, null) is None
     # task outputs that are JSON but not an object: not a reward (upstream would crash on .get)
     assert reward_value("tool.task", {"agentops.task.output": "30"}) is None
     assert reward_value("tool.task", {"agentops.task.output": "answer 1"}) is None
@@ -72,5 +74,6 @@ def test_group_indexed_orders_by_index_and_closes_gaps() -> None:
         {"role": "system", "content": "s"},
         {"role": "user", "tool_calls": [{"id": "c1"}]},
     ]
-    assert group_indexed({"r.model": "m", "r.functions.0.name": "f"}, "r") == {"model": "m", "functions": [{"name": "f"}]}
+    grouped = group_indexed({"r.model": "m", "r.functions.0.name": "f"}, "r")
+    assert grouped == {"model": "m", "functions": [{"name": "f"}]}
     assert group_indexed({}, "p") == {}
