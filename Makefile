@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench scaling chaos setup constraints clean
+.PHONY: demo test bench scaling chaos setup constraints golden clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,10 @@ scaling: setup
 RUNS ?= 1
 chaos: setup
 	$(BIN)/python -m pytest tests/faults -m chaos -rs --count $(RUNS) --repeat-scope session $(PYTEST_ARGS)
+
+# Re-record the adapter parity corpus with upstream agentlightning 0.3.0 (in a side venv under .agl/).
+golden:
+	$(PYTHON) -m tests.agl_stream.adapter.golden.generate
 
 constraints: setup
 	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)

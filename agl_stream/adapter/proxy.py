@@ -1,8 +1,13 @@
 """``LlmProxyTraceToTriplet``: triplets from the spans the LLM proxy (LiteLLM) records.
 
-Proxy spans can come from machines with unsynchronized clocks, so only ``sequence_id`` orders them
-(never timestamps), as upstream. Each chat completion that exposes token ids becomes a triplet; each
-reward span goes to the most recent LLM call before it (by sequence id) that has no reward yet.
+Upstream's rules (``agentlightning.adapter.triplet.LlmProxyTraceToTriplet``, 0.3.0): proxy spans
+can come from machines with unsynchronized clocks, so ``sequence_id`` alone orders calls and
+rewards (start time only breaks ties). A ``raw_gen_ai_request`` span gives token ids from the
+provider's raw fields (``llm.<provider>.prompt_token_ids``, ``.response_token_ids``, else the first
+choice's ``token_ids``), a ``litellm_request`` span from ``prompt_token_ids`` /
+``response_token_ids``; a call needs both, and a response id seen before is the same call again.
+Each reward, in sequence order, goes to the latest call with a smaller sequence id that has no
+reward yet.
 """
 
 from __future__ import annotations
@@ -13,55 +18,67 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from agl_stream.adapter import llm_fields
-from agl_stream.adapter.base import TraceAdapter, span_order_key
+from agl_stream.adapter.base import TraceAdapter
 from agl_stream.adapter.rewards import reward_of
 from agl_stream.types import Span, Triplet
 
-#: LiteLLM's span names; ``raw_gen_ai_request`` carries the provider's raw fields (``llm.hosted_vllm.*``)
-PROXY_LLM_SPAN_NAMES = r"^(raw_gen_ai_request|litellm_request|openai\.chat\.completion)$"
+RAW_REQUEST = "raw_gen_ai_request"
+LITELLM_REQUEST = "litellm_request"
+#: the span names upstream reads; a custom ``llm_call_match`` may add others (read like tracer LLM spans)
+PROXY_LLM_SPAN_NAMES = rf"^({RAW_REQUEST}|{LITELLM_REQUEST})$"
+_PROVIDER_KEY = re.compile(r"^llm\.([^.]+)\.(prompt_token_ids|response_token_ids|choices|id)$")
 
 
 def _parse_structured(value: Any) -> Any:
-    """Proxy attributes hold JSON or Python-literal text of lists/dicts."""
+    """Proxy attributes hold Python-literal (or JSON) text of lists and dicts."""
     if not isinstance(value, str):
         return value
-    for parse in (json.loads, ast.literal_eval):
+    for parse in (ast.literal_eval, json.loads):
         try:
             return parse(value)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
             continue
     return None
 
 
-def _provider_fields(attributes: Mapping[str, Any]) -> tuple[list[int], dict[str, Any], Optional[str]]:
-    """Prompt ids, response payload and response id from ``llm.<provider>.*`` raw-request attributes."""
-    prompt: list[int] = []
-    response: dict[str, Any] = {"token_ids": []}
-    rid: Optional[str] = None
+def _ints(value: Any) -> list[int]:
+    parsed = _parse_structured(value)
+    if isinstance(parsed, list) and all(type(v) is int for v in parsed):
+        return parsed
+    return []
+
+
+def _provider_fields(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``llm.<provider>.{prompt_token_ids,response_token_ids,choices,id}`` (LiteLLM's raw request
+    record; upstream reads the ``hosted_vllm`` provider, any provider is read the same way here)."""
+    fields: dict[str, Any] = {}
     for key, value in attributes.items():
-        if not key.startswith("llm."):
-            continue
-        if key.endswith(".prompt_token_ids") and not prompt:
-            parsed = _parse_structured(value)
-            if isinstance(parsed, list) and all(isinstance(v, int) for v in parsed):
-                prompt = list(parsed)
-        elif key.endswith(".choices") and not response["token_ids"]:
-            parsed = _parse_structured(value)
-            if isinstance(parsed, list) and parsed and isinstance(parsed[0], Mapping):
-                choice = parsed[0]
-                ids = choice.get("token_ids") or (choice.get("provider_specific_fields") or {}).get("token_ids")
-                if isinstance(ids, list) and all(isinstance(v, int) for v in ids):
-                    response["token_ids"] = list(ids)
-                logprobs = choice.get("logprobs")
-                if isinstance(logprobs, Mapping):
-                    content = logprobs.get("content")
-                    if isinstance(content, list):
-                        values = [c.get("logprob") for c in content if isinstance(c, Mapping)]
-                        if values and all(isinstance(v, (int, float)) for v in values):
-                            response["logprobs"] = [float(v) for v in values]
-        elif key.endswith(".id") and key.count(".") == 2 and rid is None and isinstance(value, str):
-            rid = value
-    return prompt, response, rid
+        match = _PROVIDER_KEY.match(key)
+        if match:
+            fields.setdefault(match.group(2), value)
+    return fields
+
+
+def _raw_request_fields(attributes: Mapping[str, Any]) -> tuple[list[int], dict[str, Any], Optional[str]]:
+    raw = _provider_fields(attributes)
+    prompt = _ints(raw.get("prompt_token_ids"))
+    response: dict[str, Any] = {"token_ids": []}
+    nested = _parse_structured(raw.get("response_token_ids"))
+    if isinstance(nested, list) and nested and isinstance(nested[0], list):
+        response["token_ids"] = _ints(nested[0])
+    choices = _parse_structured(raw.get("choices"))
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+    if not response["token_ids"]:
+        response["token_ids"] = _ints(choice.get("token_ids")) or _ints(
+            (choice.get("provider_specific_fields") or {}).get("token_ids")
+        )
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
+        values = [c.get("logprob") for c in logprobs["content"] if isinstance(c, Mapping)]
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            response["logprobs"] = [float(v) for v in values]
+    rid = raw.get("id")
+    return prompt, response, rid if isinstance(rid, str) and rid else None
 
 
 class LlmProxyTraceToTriplet(TraceAdapter[list[Triplet]]):
@@ -73,17 +90,23 @@ class LlmProxyTraceToTriplet(TraceAdapter[list[Triplet]]):
 
     def _triplet(self, span: Span) -> Optional[Triplet]:
         attrs = span.attributes
-        prompt = llm_fields.prompt_token_ids(attrs)
-        response = llm_fields.response_payload(attrs)
-        rid = llm_fields.response_id(attrs)
-        if not prompt or not response["token_ids"]:
-            raw_prompt, raw_response, raw_rid = _provider_fields(attrs)
-            prompt = prompt or raw_prompt
-            if not response["token_ids"]:
-                response = raw_response
+        rid = attrs.get(llm_fields.semconv.GEN_AI_RESPONSE_ID)
+        rid = rid if isinstance(rid, str) and rid else None
+        if span.name == RAW_REQUEST:
+            prompt, response, raw_rid = _raw_request_fields(attrs)
             rid = rid or raw_rid
+        elif span.name == LITELLM_REQUEST:
+            prompt = _ints(attrs.get(llm_fields.semconv.PROMPT_TOKEN_IDS))
+            response = {"token_ids": _ints(attrs.get(llm_fields.semconv.RESPONSE_TOKEN_IDS))}
+            rid = rid or _raw_request_fields(attrs)[2]
+        else:  # a name added through llm_call_match: an LLM-call span like the tracers record
+            prompt, response = llm_fields.prompt_token_ids(attrs), llm_fields.response_payload(attrs)
+            rid = rid or llm_fields.response_id(attrs)
         if not prompt or not response["token_ids"]:
             return None  # e.g. a litellm_request span that only carries metadata
+        logprobs = response.get("logprobs") or llm_fields.response_logprobs(attrs)
+        if logprobs is not None:
+            response["logprobs"] = logprobs
         return Triplet(
             prompt={"token_ids": prompt},
             response=response,
@@ -92,18 +115,11 @@ class LlmProxyTraceToTriplet(TraceAdapter[list[Triplet]]):
         )
 
     def adapt(self, source: Sequence[Span]) -> list[Triplet]:
-        triplets: list[Triplet] = []
+        unique = list({span.span_id: span for span in reversed(source)}.values())  # a span delivered twice counts once
+        spans = sorted(unique, key=lambda s: (s.sequence_id, s.start_time if s.start_time is not None else 0.0))
+        calls: list[tuple[Span, Triplet]] = []
         seen_ids: set[str] = set()
-        for span in sorted(source, key=span_order_key):
-            value = reward_of(span)
-            if value is not None:
-                for triplet in reversed(triplets):
-                    if triplet.metadata["sequence_id"] >= span.sequence_id:
-                        continue
-                    if triplet.reward is None:
-                        triplet.reward = value
-                        break
-                continue
+        for span in spans:
             if not self._call_re.search(span.name):
                 continue
             triplet = self._triplet(span)
@@ -112,10 +128,21 @@ class LlmProxyTraceToTriplet(TraceAdapter[list[Triplet]]):
             rid = triplet.metadata["response_id"]
             if rid is not None:
                 if rid in seen_ids:
-                    continue  # the same completion seen by two proxy spans
+                    continue  # the same completion recorded twice
                 seen_ids.add(rid)
-            triplets.append(triplet)
-        return triplets
+            calls.append((span, triplet))
+        rewarded: set[int] = set()
+        for span in spans:  # rewards in sequence order
+            value = reward_of(span)
+            if value is None:
+                continue
+            for index in range(len(calls) - 1, -1, -1):
+                if index in rewarded or calls[index][0].sequence_id >= span.sequence_id:
+                    continue
+                calls[index][1].reward = value
+                rewarded.add(index)
+                break
+        return [triplet for _, triplet in calls]
 
     def __repr__(self) -> str:
         return f"LlmProxyTraceToTriplet(llm_call_match={self.llm_call_match!r})"

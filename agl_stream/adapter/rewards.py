@@ -1,21 +1,34 @@
-"""Reading rewards from spans: upstream's ``agentlightning.reward.{i}.value`` annotations (index 0 = primary).
+"""Reading rewards from spans with upstream's rules (``agentlightning.emitter.reward``).
 
-Kept here, free of tracer imports, so adapters run offline without the OpenTelemetry SDK.
+A span is a reward span when, in this order of precedence, it carries
+1. ``agentlightning.reward.{i}.name|value`` entries (v0.3 ``emit_reward``; index 0 is the primary
+   reward, more entries make it multi-dimensional), on any span name;
+2. an AgentOps payload ``{"type": "reward", "value": x}`` (a dict or its JSON text) in
+   ``agentops.task.output`` or ``agentops.entity.output`` (the deprecated ``@reward`` decorator);
+   a payload whose value is null makes the span a non-reward;
+3. a ``reward`` attribute on an ``agentlightning.annotation`` span (the v0.2 format).
+
+Ordering: upstream's readers take spans in its store's order, which is the order spans reached the
+store, i.e. the order they ended. Spans reach agl-stream in any order, so :func:`store_order` sorts
+them by end time instead of trusting arrival. Free of tracer imports, so adapters run offline.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Optional
+import math
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
-from agl_stream.semconv import AGL_ANNOTATION, AGL_REWARD, LightningSpanAttributes, RewardAttributes
-from agl_stream.types import Span
+from agl_stream.adapter.attributes import unflatten_prefix
+from agl_stream.semconv import AGL_ANNOTATION, LightningSpanAttributes, RewardAttributes
 
 _PREFIX = LightningSpanAttributes.REWARD.value
-_VALUE = RewardAttributes.REWARD_VALUE.value
 _NAME = RewardAttributes.REWARD_NAME.value
-# AgentOps-style legacy payloads: {"type": "reward", "value": x} in one of these attributes.
-_LEGACY_PAYLOAD_KEYS = ("agentops.task.output", "agentops.entity.output")
+_VALUE = RewardAttributes.REWARD_VALUE.value
+_AGENTOPS_OUTPUT_KEYS = ("agentops.task.output", "agentops.entity.output")
+_LEGACY_KEY = "reward"
+
+S = TypeVar("S")
 
 
 def _number(value: Any) -> Optional[float]:
@@ -31,52 +44,93 @@ def _number(value: Any) -> Optional[float]:
     return None
 
 
-def reward_dict(attributes: Mapping[str, Any], name: str = "") -> Optional[dict[str, float]]:
-    """All named rewards of one span in index order (primary first), or None if it carries none."""
-    rewards: dict[str, float] = {}
-    i = 0
-    while True:
-        value = _number(attributes.get(f"{_PREFIX}.{i}.{_VALUE}"))
+def reward_dimensions(attributes: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """``(name, value)`` of every ``agentlightning.reward.{i}`` entry, primary first; [] if none.
+
+    Entries must be numbered 0..n-1 and each have a name and a numeric value (upstream refuses
+    anything else with a validation error; here such a span simply carries no v0.3 reward).
+    """
+    if not any(key.startswith(_PREFIX) for key in attributes):
+        return []
+    entries = unflatten_prefix(attributes, _PREFIX)
+    if not isinstance(entries, list):
+        return []
+    dimensions: list[tuple[str, float]] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get(_NAME), str):
+            return []
+        value = _number(entry.get(_VALUE))
         if value is None:
-            break
-        label = attributes.get(f"{_PREFIX}.{i}.{_NAME}")
-        rewards[str(label) if label is not None else ("primary" if i == 0 else str(i))] = value
-        i += 1
-    if rewards:
-        return rewards
-    if name == AGL_REWARD:  # legacy reward span: {"reward": x} or {"value": x}
-        value = _number(attributes.get("reward", attributes.get("value")))
-        if value is not None:
-            return {"primary": value}
-    for key in _LEGACY_PAYLOAD_KEYS:
-        raw = attributes.get(key)
-        if isinstance(raw, str) and '"reward"' in raw:
-            try:
-                payload = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(payload, dict) and payload.get("type") == "reward":
-                value = _number(payload.get("value"))
-                if value is not None:
-                    return {"primary": value}
+            return []
+        dimensions.append((entry[_NAME], value))
+    return dimensions
+
+
+def _agentops_payload(value: Any) -> Optional[dict[str, Any]]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
     return None
 
 
-def reward_of(span: Span) -> Optional[float]:
-    """The primary reward of a span, or None when it is not a reward span."""
-    if span.name not in (AGL_ANNOTATION, AGL_REWARD) and not any(k in span.attributes for k in _LEGACY_PAYLOAD_KEYS):
+def reward_value(name: str, attributes: Mapping[str, Any]) -> Optional[float]:
+    """The primary reward a span carries, or None when it is not a reward span (see module doc)."""
+    dimensions = reward_dimensions(attributes)
+    if dimensions:
+        return dimensions[0][1]
+    for key in _AGENTOPS_OUTPUT_KEYS:
+        payload = _agentops_payload(attributes.get(key)) if attributes.get(key) else None
+        if payload is not None and payload.get("type") == "reward":
+            return _number(payload.get("value"))
+    if name == AGL_ANNOTATION and attributes.get(_LEGACY_KEY) is not None:
+        return _number(attributes[_LEGACY_KEY])
+    return None
+
+
+def reward_of(span: Any) -> Optional[float]:
+    """The primary reward of a span (an agl ``Span``, ``SpanCoreFields`` or OTel ``ReadableSpan``)."""
+    return reward_value(getattr(span, "name", "") or "", getattr(span, "attributes", None) or {})
+
+
+# ---------------------------------------------------------------------------------------------- order
+
+
+def _seconds(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    rewards = reward_dict(span.attributes, span.name)
-    return next(iter(rewards.values())) if rewards else None
+    return float(value)
 
 
-def find_final_reward(spans: Iterable[Span]) -> Optional[float]:
-    """The last primary reward in sequence order (upstream's final reward of an attempt)."""
-    from agl_stream.adapter.base import span_order_key
+def store_order_key(span: Any) -> tuple[float, float, int, str]:
+    """Where upstream's store would have put this span: by when it ended (start, sequence id and
+    span id break ties). A span without an end time sorts by its start."""
+    start = _seconds(getattr(span, "start_time", None))
+    end = _seconds(getattr(span, "end_time", None))
+    first = end if end is not None else start if start is not None else -math.inf
+    sequence = getattr(span, "sequence_id", 0)
+    return (first, start if start is not None else first, sequence if isinstance(sequence, int) else 0,
+            str(getattr(span, "span_id", "")))  # fmt: skip
 
-    final: Optional[float] = None
-    for span in sorted(spans, key=span_order_key):
-        value = reward_of(span)
-        if value is not None:
-            final = value
-    return final
+
+def store_order(spans: Iterable[S]) -> list[S]:
+    """Spans in upstream's store order when they carry times; otherwise in the order given."""
+    items = list(spans)
+    timed = all(store_order_key(s)[0] != -math.inf for s in items)
+    return sorted(items, key=store_order_key) if timed else items
+
+
+def find_reward_spans(spans: Iterable[S]) -> list[S]:
+    """The reward spans, in store order."""
+    return [span for span in store_order(spans) if reward_of(span) is not None]
+
+
+def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
+    """The primary reward of the last reward span in store order (upstream's final reward)."""
+    found = find_reward_spans(spans)
+    return reward_of(found[-1]) if found else None
+

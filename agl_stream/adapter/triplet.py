@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from agl_stream.adapter.base import TraceAdapter
-from agl_stream.adapter.rewards import find_final_reward
 from agl_stream.adapter.tree import RewardMatchPolicy, TraceTree
 from agl_stream.types import Span, Triplet
 
@@ -40,24 +39,30 @@ class Transition:
 class TracerTraceToTriplet(TraceAdapter[list[Triplet]]):
     """Build the attempt's TraceTree, find LLM calls, match rewards, and emit one triplet per call.
 
-    The final reward (the last reward span of the attempt) is assigned to the last triplet, as upstream.
+    As upstream, each call's reward is the one :class:`RewardMatchPolicy` matches to it; the final
+    reward is not copied onto the last triplet (it travels as ``Trajectory.final_reward``).
+    Parameters are upstream's, in upstream's order; ``dedup_llm_call`` is agl-stream's (upstream
+    always deduplicates).
     """
 
     def __init__(
         self,
+        repair_hierarchy: bool = True,
         llm_call_match: str = r"openai\.chat\.completion",
         agent_match: Optional[str] = None,
         exclude_llm_call_in_reward: bool = True,
-        dedup_llm_call: bool = True,
         reward_match: RewardMatchPolicy = RewardMatchPolicy.FIRST_OCCURRENCE,
-        repair_hierarchy: bool = True,
+        _skip_empty_token_spans: bool = False,
+        *,
+        dedup_llm_call: bool = True,
     ) -> None:
+        self.repair_hierarchy = repair_hierarchy
         self.llm_call_match = llm_call_match
         self.agent_match = agent_match
         self.exclude_llm_call_in_reward = exclude_llm_call_in_reward
-        self.dedup_llm_call = dedup_llm_call
         self.reward_match = RewardMatchPolicy(reward_match)
-        self.repair_hierarchy = repair_hierarchy
+        self._skip_empty_token_spans = _skip_empty_token_spans
+        self.dedup_llm_call = dedup_llm_call
 
     def to_tree(self, spans: Sequence[Span]) -> TraceTree:
         tree = TraceTree.from_spans(spans)
@@ -75,14 +80,14 @@ class TracerTraceToTriplet(TraceAdapter[list[Triplet]]):
             exclude_llm_call_in_reward=self.exclude_llm_call_in_reward,
             dedup_llm_call=self.dedup_llm_call,
             reward_match=self.reward_match,
-            final_reward=find_final_reward(source),
+            _skip_empty_token_spans=self._skip_empty_token_spans,
         )
 
     def __repr__(self) -> str:
         return (
-            f"TracerTraceToTriplet(llm_call_match={self.llm_call_match!r}, agent_match={self.agent_match!r}, "
-            f"exclude_llm_call_in_reward={self.exclude_llm_call_in_reward}, dedup_llm_call={self.dedup_llm_call}, "
-            f"reward_match={self.reward_match.value!r}, repair_hierarchy={self.repair_hierarchy})"
+            f"TracerTraceToTriplet(repair_hierarchy={self.repair_hierarchy}, llm_call_match={self.llm_call_match!r}, "
+            f"agent_match={self.agent_match!r}, exclude_llm_call_in_reward={self.exclude_llm_call_in_reward}, "
+            f"reward_match={self.reward_match.value!r}, dedup_llm_call={self.dedup_llm_call})"
         )
 
 

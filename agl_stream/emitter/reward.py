@@ -10,8 +10,9 @@ from __future__ import annotations
 import numbers
 from typing import Any, Iterable, Mapping, Optional
 
+from agl_stream.adapter import rewards
 from agl_stream.emitter._core import emit_core
-from agl_stream.semconv import AGL_ANNOTATION, AGL_REWARD, LightningSpanAttributes, RewardAttributes, RewardPydanticModel
+from agl_stream.semconv import AGL_ANNOTATION, LightningSpanAttributes, RewardAttributes, RewardPydanticModel
 from agl_stream.types import SpanCoreFields
 
 PRIMARY_NAME = "primary"
@@ -58,56 +59,27 @@ def emit_reward(
     return emit_core(AGL_ANNOTATION, reward_attributes(ordered), kind="reward", propagate=propagate, extra=attributes)
 
 
-def _attributes_of(span: Any) -> Mapping[str, Any]:
-    return getattr(span, "attributes", None) or {}
-
-
 def get_rewards_from_span(span: Any) -> list[RewardPydanticModel]:
-    """All rewards of one span (Span, SpanCoreFields or OTel ReadableSpan), primary first."""
-    attrs = _attributes_of(span)
-    rewards: list[RewardPydanticModel] = []
-    i = 0
-    while True:
-        value = attrs.get(f"{_PREFIX}.{i}.{RewardAttributes.REWARD_VALUE.value}")
-        if value is None:
-            break
-        name = attrs.get(f"{_PREFIX}.{i}.{RewardAttributes.REWARD_NAME.value}", PRIMARY_NAME if i == 0 else str(i))
-        rewards.append(RewardPydanticModel(name=str(name), value=float(value)))
-        i += 1
-    if not rewards and getattr(span, "name", None) == AGL_REWARD:  # legacy reward spans
-        legacy = attrs.get("reward", attrs.get("value"))
-        if isinstance(legacy, (int, float)) and not isinstance(legacy, bool):
-            rewards.append(RewardPydanticModel(name=PRIMARY_NAME, value=float(legacy)))
-    return rewards
+    """All v0.3 rewards of one span (Span, SpanCoreFields or OTel ReadableSpan), primary first."""
+    attributes = getattr(span, "attributes", None) or {}
+    return [RewardPydanticModel(name=name, value=value) for name, value in rewards.reward_dimensions(attributes)]
 
 
 def get_reward_value(span: Any) -> Optional[float]:
-    """The primary reward of a span, or None if it is not a reward span."""
-    rewards = get_rewards_from_span(span)
-    return rewards[0].value if rewards else None
+    """The primary reward of a span, or None if it is not a reward span (upstream's formats, see
+    :mod:`agl_stream.adapter.rewards`)."""
+    return rewards.reward_of(span)
 
 
 def is_reward_span(span: Any) -> bool:
     return get_reward_value(span) is not None
 
 
-def _ordered(spans: Iterable[Any]) -> list[Any]:
-    spans = list(spans)
-    if spans and all(isinstance(getattr(s, "sequence_id", None), int) for s in spans):
-        return sorted(spans, key=lambda s: (s.sequence_id, getattr(s, "start_time", None) or 0.0))
-    return spans
-
-
 def find_reward_spans(spans: Iterable[Any]) -> list[Any]:
-    """Reward spans, in sequence order when the spans carry sequence ids."""
-    return [span for span in _ordered(spans) if is_reward_span(span)]
+    """Reward spans in the order upstream's store keeps them (when they ended), whatever the input order."""
+    return rewards.find_reward_spans(spans)
 
 
 def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
-    """The last non-null primary reward of the trace (upstream's final reward)."""
-    final: Optional[float] = None
-    for span in find_reward_spans(spans):
-        value = get_reward_value(span)
-        if value is not None:
-            final = value
-    return final
+    """The primary reward of the last reward span (upstream's final reward of a trace)."""
+    return rewards.find_final_reward(spans)

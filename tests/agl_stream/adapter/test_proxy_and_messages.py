@@ -46,15 +46,18 @@ def test_proxy_adapter_orders_by_sequence_id_and_matches_rewards_backwards() -> 
 def test_proxy_adapter_reads_standard_attributes_and_ignores_early_rewards() -> None:
     b = SpanBuilder()
     b.reward(1.0, 0.0)  # before any call: ignored
-    b.llm(1.0, 2.0, prompt=[1], response=[2], extra={"response_logprobs": [-0.1], "agl.policy_version": 3})
+    attributes = {"prompt_token_ids": [1], "response_token_ids": [2], "response_logprobs": [-0.1], "agl.policy_version": 3}
+    b.span("litellm_request", 1.0, 2.0, attributes=attributes)
+    b.llm(3.0, 4.0, prompt=[5], response=[6])  # a tracer's LLM span: upstream's proxy adapter reads proxy spans only
     (triplet,) = LlmProxyTraceToTriplet().adapt(b.spans)
     assert (triplet.reward, triplet.response_logprobs, triplet.policy_version) == (None, [-0.1], 3)
     assert PROXY_LLM_SPAN_NAMES.startswith("^")
 
 
 def test_trace_to_messages_rebuilds_chat_and_tools() -> None:
+    """Attributes as AgentOps records an OpenAI call with tools (the layout upstream reads)."""
     b = SpanBuilder()
-    b.llm(
+    first = b.llm(
         0.0,
         1.0,
         extra={
@@ -62,47 +65,66 @@ def test_trace_to_messages_rebuilds_chat_and_tools() -> None:
             "gen_ai.prompt.0.content": "You are helpful.",
             "gen_ai.prompt.1.role": "user",
             "gen_ai.prompt.1.content": "What is 2+2?",
+            "gen_ai.request.functions.0.name": "add",
+            "gen_ai.request.functions.0.description": "add numbers",
+            "gen_ai.request.functions.0.parameters": json.dumps({"type": "object"}),
             "gen_ai.completion.0.role": "assistant",
-            "gen_ai.completion.0.content": None,
-            "gen_ai.completion.0.tool_calls.0.id": "call_1",
-            "gen_ai.completion.0.tool_calls.0.name": "add",
-            "gen_ai.completion.0.tool_calls.0.arguments": '{"a": 2, "b": 2}',
-            "llm.request.functions.0.name": "add",
-            "llm.request.functions.0.description": "add numbers",
-            "llm.request.functions.0.parameters": json.dumps({"type": "object"}),
+            "gen_ai.completion.0.finish_reason": "tool_calls",
         },
     )
+    # the tool call the completion asked for, recorded as its child span
+    b.span("tool_call.add", 0.5, 0.6, first,
+           {"tool.name": "add", "tool.parameters": '{"a": 2, "b": 2}', "tool.call.id": "call_1", "tool.call.type": "function"})  # fmt: skip
     b.llm(
         2.0,
         3.0,
         extra={
             "gen_ai.prompt.0.role": "user",
             "gen_ai.prompt.0.content": "What is 2+2?",
-            "gen_ai.prompt.1.role": "tool",
-            "gen_ai.prompt.1.content": "4",
-            "gen_ai.prompt.1.tool_call_id": "call_1",
+            "gen_ai.prompt.1.role": "assistant",
+            "gen_ai.prompt.1.tool_calls.0.id": "call_1",
+            "gen_ai.prompt.1.tool_calls.0.name": "add",
+            "gen_ai.prompt.1.tool_calls.0.arguments": '{"a": 2, "b": 2}',
+            "gen_ai.prompt.2.role": "tool",
+            "gen_ai.prompt.2.content": "4",
+            "gen_ai.prompt.2.tool_call_id": "call_1",
+            "gen_ai.completion.0.role": "assistant",
             "gen_ai.completion.0.content": "4",
         },
     )
-    b.span("not.an.llm", 4.0, 5.0, attributes={"gen_ai.prompt.0.content": "ignored"})
-    first, second = TraceToMessages().adapt(b.spans)
-    assert first["messages"] == [
+    # any span with chat attributes is a sample (the proxy's litellm_request spans are too)
+    b.span("litellm_request", 4.0, 5.0, attributes={"gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "hi"})
+    b.span("not.a.chat", 6.0, 7.0, attributes={"other": 1})
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
+    first_sample, second, proxied = TraceToMessages().adapt(list(reversed(b.spans)))  # arrival order does not matter
+    assert first_sample["messages"] == [
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "What is 2+2?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
-            ],
-        },
+        {"role": "assistant", "content": None, "tool_calls": [call]},
     ]
-    assert first["tools"] == [
+    assert first_sample["tools"] == [
         {"type": "function", "function": {"name": "add", "description": "add numbers", "parameters": {"type": "object"}}}
     ]
-    assert second["messages"][1] == {"role": "tool", "content": "4", "tool_call_id": "call_1"}
-    assert second["messages"][2] == {"role": "assistant", "content": "4"}
+    assert second["messages"] == [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4", "tool_call_id": "call_1"},
+        {"role": "assistant", "content": "4"},
+    ]
     assert second["tools"] is None
+    assert proxied == {"messages": [{"role": "user", "content": "hi"}], "tools": None}
+    assert len(TraceToMessages(match_names=True).adapt(b.spans)) == 2  # only openai.chat.completion spans
+
+
+def test_trace_to_messages_refuses_messages_it_cannot_type() -> None:
+    b = SpanBuilder()
+    b.llm(0.0, 1.0, extra={"gen_ai.prompt.0.content": "no role"})
+    with pytest.raises(ValueError, match="unsupported role"):
+        TraceToMessages().adapt(b.spans)
+    b = SpanBuilder()
+    b.llm(0.0, 1.0, extra={"gen_ai.prompt.0.role": "tool", "gen_ai.prompt.0.content": "4"})
+    with pytest.raises(ValueError, match="tool_call_id"):
+        TraceToMessages().adapt(b.spans)
 
 
 def test_build_adapter_from_spec() -> None:

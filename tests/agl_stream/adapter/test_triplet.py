@@ -48,10 +48,14 @@ def test_agent_match_keeps_only_calls_under_matching_agents() -> None:
     assert only_write[0].metadata["agent_name"] == "write"
     both = TracerTraceToTriplet(agent_match="write|check").adapt(spans)
     assert len(both) == 2
-    # matching the outer agent covers every call below it, named after the matching agent
-    outer = TracerTraceToTriplet(agent_match="^main$").adapt(spans)
-    assert [t.metadata["agent_name"] for t in outer] == ["main", "main"]
+    # upstream: an agent span that does not match ends the matching subtree below it, so the
+    # calls inside write/check are not main's (golden corpus: agentops_nested_agents, "^main$")
+    assert TracerTraceToTriplet(agent_match="^main$").adapt(spans) == []
     assert TracerTraceToTriplet(agent_match="nobody").adapt(spans) == []
+    # without agent_match, calls outside any agent span are named "*" as upstream does
+    b = SpanBuilder()
+    b.llm(0.0, 1.0, prompt=[1], response=[2])
+    assert [t.metadata["agent_name"] for t in TracerTraceToTriplet().adapt(b.spans)] == ["*"]
 
 
 def test_reward_mid_rollout_attaches_to_the_call_before_it() -> None:
@@ -67,15 +71,16 @@ def test_reward_mid_rollout_attaches_to_the_call_before_it() -> None:
     assert find_final_reward(b.spans) == 1.0
 
 
-def test_a_second_reward_for_the_same_call_is_not_double_counted() -> None:
+def test_a_later_reward_goes_to_the_latest_call_still_without_one() -> None:
     b = SpanBuilder()
     root = b.agent("solver", 0.0, 10.0)
     b.llm(1.0, 2.0, root, prompt=[1], response=[2])
     b.llm(3.0, 4.0, root, prompt=[3], response=[4])
     b.reward(0.5, 4.5, root)
-    b.reward(0.7, 5.0, root)  # final reward; the last call already has 0.5 matched, the final value wins
+    b.reward(0.7, 5.0, root)  # the last call already has 0.5: upstream gives 0.7 to the call before it
     triplets = TracerTraceToTriplet().adapt(b.spans)
-    assert [t.reward for t in triplets] == [None, 0.7]
+    assert [t.reward for t in triplets] == [0.7, 0.5]  # and never copies the final reward onto the last call
+    assert find_final_reward(b.spans) == 0.7
 
 
 def first_sibling_case() -> SpanBuilder:
@@ -97,10 +102,10 @@ def test_first_occurrence_vs_first_sibling() -> None:
     spans = first_sibling_case().spans
     occurrence = TracerTraceToTriplet(reward_match=RewardMatchPolicy.FIRST_OCCURRENCE).adapt(spans)
     sibling = TracerTraceToTriplet(reward_match=RewardMatchPolicy.FIRST_SIBLING).adapt(spans)
-    # chronological: r1 -> call in A; 0.9 -> last call in B (then overwritten by the final reward 1.0)
-    assert [t.reward for t in occurrence] == [0.3, None, 1.0]
-    # siblings only: r1 has no earlier call among its siblings (the call is inside A) -> unmatched
-    assert [t.reward for t in sibling] == [None, None, 1.0]
+    # chronological: r1 -> call in A; 0.9 -> last call in B; the final 1.0 -> the latest call left, B's first
+    assert [t.reward for t in occurrence] == [0.3, 1.0, 0.9]
+    # siblings only: r1 and the final reward have no earlier call among their siblings -> unmatched
+    assert [t.reward for t in sibling] == [None, None, 0.9]
     tree = TraceTree.from_spans(spans)
     calls = tree.find_llm_calls(llm_call_match=r"openai\.chat\.completion", agent_match=None)
     sib = tree.match_rewards(RewardMatchPolicy.FIRST_SIBLING, calls)
@@ -126,7 +131,8 @@ def test_nested_llm_calls_are_deduplicated() -> None:
     b.llm(6.5, 7.0, root, prompt=[7], response=[8], response_id="same")  # reported twice with one response id
     deduped = TracerTraceToTriplet().adapt(b.spans)
     assert _tokens(deduped) == [([1, 2], [3], None), ([7], [8], None)]
-    assert len(TracerTraceToTriplet(dedup_llm_call=False).adapt(b.spans)) == 4
+    # without dedup the nested id-less call counts, but a response id seen before still does not (upstream)
+    assert len(TracerTraceToTriplet(dedup_llm_call=False).adapt(b.spans)) == 3
 
 
 def test_llm_calls_inside_a_reward_span_are_excluded() -> None:
@@ -150,7 +156,7 @@ def test_several_roots_get_a_virtual_root_and_repair_moves_orphans_into_their_ag
     tree.repair_hierarchy()
     assert tree.names_tuple() == (
         semconv.AGL_VIRTUAL,
-        [("agent write", [(semconv.LLM_CALL_SPAN_NAME, [])]), (semconv.AGL_ANNOTATION, [])],
+        [("agent write [write]", [(semconv.LLM_CALL_SPAN_NAME, [])]), (semconv.AGL_ANNOTATION, [])],
     )
     assert _tokens(TracerTraceToTriplet(agent_match="write").adapt(b.spans)) == [([1], [2], 1.0)]
     assert TracerTraceToTriplet(agent_match="write", repair_hierarchy=False).adapt(b.spans) == []
@@ -221,4 +227,16 @@ def test_transition_view_of_a_triplet() -> None:
 
 def test_spans_survive_a_json_round_trip_unchanged_for_the_adapter() -> None:
     spans = [Span.model_validate_json(s.model_dump_json()) for s in first_sibling_case().spans]
-    assert [t.reward for t in TracerTraceToTriplet().adapt(spans)] == [0.3, None, 1.0]
+    assert [t.reward for t in TracerTraceToTriplet().adapt(spans)] == [0.3, 1.0, 0.9]
+
+
+def test_response_ids_dedup_only_when_they_are_text() -> None:
+    b = SpanBuilder()
+    root = b.agent("main", 0.0, 10.0)
+    b.llm(1.0, 2.0, root, prompt=[1], response=[2], response_id="")  # no id from the server: not a duplicate key
+    b.llm(3.0, 4.0, root, prompt=[3], response=[4], response_id="")
+    b.llm(5.0, 6.0, root, prompt=[5], response=[6], extra={semconv.GEN_AI_RESPONSE_ID: 7})  # not text: ignored
+    b.llm(7.0, 8.0, root, prompt=[7], response=[8], extra={semconv.GEN_AI_RESPONSE_ID: 7})
+    triplets = TracerTraceToTriplet().adapt(b.spans)
+    assert [t.prompt_token_ids for t in triplets] == [[1], [3], [5], [7]]
+    assert all(t.metadata["response_id"] is None for t in triplets)
