@@ -3,8 +3,10 @@
 The agent's thread only appends to a buffer (a few microseconds per span). A dedicated thread runs
 its own asyncio loop that converts OTel spans into agl records, sizes them and hands them to the
 sink (Kafka or OTLP), so neither the agent's thread nor its event loop ever waits on the network.
-The exporter wakes every ``linger`` seconds or as soon as ``batch_size`` spans wait (waking it per
-span would cost the agent a system call each time).
+The exporter sleeps while the buffer is empty; the span that finds it empty arms a ``linger``
+timer (one cross-thread call per batch, not per span: waking it per span would cost the agent a
+system call each time), and ``batch_size`` waiting spans wake it at once. An idle runner therefore
+costs nothing here.
 
 Overflow policy (``overflow``):
 
@@ -111,7 +113,9 @@ class SpanExportPipeline:
         self._cond = threading.Condition()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wakeup: Optional[asyncio.Event] = None
-        self._wake_pending = False
+        self._wake_pending = False  # a linger timer or a wake-up is on its way
+        self._full_wake_pending = False  # a full batch already asked for a wake-up
+        self._linger_timer: Optional[asyncio.TimerHandle] = None
         self._confirmations: set[asyncio.Task[None]] = set()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
@@ -184,11 +188,16 @@ class SpanExportPipeline:
             self._spans_queued += 1
             self.spans_submitted += 1
             item.attempt.submitted += 1
-            wake = self._spans_queued >= self.batch_size and not self._wake_pending
-            if wake:
+            full = self._spans_queued >= self.batch_size and not self._full_wake_pending
+            first = len(self._queue) == 1 and not self._wake_pending
+            if full:
+                self._full_wake_pending = True
+            if first:
                 self._wake_pending = True
-        if wake:
+        if full:
             self._wake()
+        elif first:
+            self._wake_after_linger()
         return True
 
     def flush_async(self) -> "concurrent.futures.Future[None]":
@@ -200,7 +209,7 @@ class SpanExportPipeline:
         with self._cond:
             self._queue.append(_FlushMarker(future))
             self._wake_pending = True
-        self._wake()
+        self._wake()  # at once: whoever flushes is waiting
         return future
 
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -213,12 +222,31 @@ class SpanExportPipeline:
     # ---------------------------------------------------------------- exporter thread
 
     def _wake(self) -> None:
-        loop, event = self._loop, self._wakeup
-        if loop is not None and event is not None and not loop.is_closed():
+        self._call_in_loop(self._set_wakeup)
+
+    def _wake_after_linger(self) -> None:
+        self._call_in_loop(self._arm_linger)
+
+    def _call_in_loop(self, callback: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(callback)
             except RuntimeError:  # loop closed between the check and the call
                 pass
+
+    def _set_wakeup(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _arm_linger(self) -> None:
+        """In the exporter loop: wake up ``linger`` seconds from now (the first span of a batch arrived)."""
+        if self._linger_timer is None and self._loop is not None:
+            self._linger_timer = self._loop.call_later(self.linger, self._linger_expired)
+
+    def _linger_expired(self) -> None:
+        self._linger_timer = None
+        self._set_wakeup()
 
     def _run_thread(self) -> None:
         loop = asyncio.new_event_loop()
@@ -244,10 +272,7 @@ class SpanExportPipeline:
         self._started.set()
         try:
             while True:
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), self.linger)
-                except asyncio.TimeoutError:
-                    pass
+                await self._wakeup.wait()  # a linger timer, a full batch, a flush or stop
                 self._wakeup.clear()
                 await self._drain()
                 if self._stopping:
@@ -262,7 +287,7 @@ class SpanExportPipeline:
         assert self.sink is not None
         while True:
             with self._cond:
-                self._wake_pending = False
+                self._wake_pending = self._full_wake_pending = False
                 if not self._queue:
                     return
                 items = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]

@@ -241,6 +241,15 @@ def _instrument_llm_clients() -> None:
 
     if not resolve_bool_env_var("AGL_INSTRUMENT_OPENAI", fallback=True) or importlib.util.find_spec("openai") is None:
         return
-    from agl_stream.instrumentation.openai import instrument_openai
+    import wrapt
 
-    instrument_openai(request_token_ids=bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True)))
+    request_token_ids = bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True))
+
+    def instrument(_module: Any) -> None:
+        from agl_stream.instrumentation.openai import instrument_openai
+
+        instrument_openai(request_token_ids=request_token_ids)
+
+    # Patched when the agent imports openai (at once if it already did): importing the client costs
+    # about a second of CPU per process, which an agent that never calls it should not pay.
+    wrapt.register_post_import_hook(instrument, "openai")

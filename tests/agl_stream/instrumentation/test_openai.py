@@ -65,3 +65,21 @@ def test_spans_reach_any_tracer_provider() -> None:
         span.set_attributes(_response_attributes(ChatCompletion.model_validate(VLLM_STYLE)))
     (finished,) = exporter.get_finished_spans()
     assert list(finished.attributes[semconv.PROMPT_TOKEN_IDS]) == [1, 2, 3]  # type: ignore[index]
+
+
+def test_the_client_is_instrumented_when_the_agent_imports_it_not_before() -> None:
+    """Installing the agl tracer does not import openai (about a second of CPU per runner process);
+    the agent importing it later gets the patched client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from agl_stream.tracer.otel import _instrument_llm_clients\n"
+        "_instrument_llm_clients()\n"
+        "print('imported_early' if 'openai' in sys.modules else 'not_imported')\n"
+        "from openai.resources.chat.completions import Completions\n"
+        "print('patched' if hasattr(Completions.create, '__wrapped__') else 'unpatched')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["not_imported", "patched"], out.stdout + out.stderr
