@@ -23,6 +23,9 @@ from agl_stream.kafka._consumer import RecordConsumer
 
 logger = logging.getLogger(__name__)
 
+#: the consumer group of everything that runs tasks (runner processes and hand-written runners)
+RUNNERS_GROUP = "agl-runners"
+
 #: header of a task record that was claimed when it was written (``start_rollout``/``start_attempt``):
 #: its writer runs it, so consumers of the runners' group skip it
 CLAIMED_HEADER = "agl-claimed"

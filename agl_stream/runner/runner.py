@@ -47,7 +47,7 @@ from agl_stream.client.resources import ResourceCache
 from agl_stream.config import Settings
 from agl_stream.emitter.annotation import emit_exception
 from agl_stream.kafka import Decoded, RecordConsumer, RecordProducer, Rejected
-from agl_stream.kafka.claim import claim_record, is_preclaimed
+from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
 from agl_stream.litagent import LitAgent
 from agl_stream.runner.hooks import Hook, HookRunner
 from agl_stream.runner.progress import RunnerStats
@@ -59,7 +59,7 @@ from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter, NamedRe
 
 logger = logging.getLogger(__name__)
 
-RUNNER_GROUP = "agl-runners"
+RUNNER_GROUP = RUNNERS_GROUP
 SHUTDOWN_ERROR = "cancelled: runner shutting down"
 
 
