@@ -30,10 +30,11 @@ async def prompt_search(*, store: Any, llm: LLM, prompts: Sequence[str], dataset
     adapter = TracerTraceToTriplet()
     scores: dict[str, float] = {}
     triplets: dict[str, list[Triplet]] = {}
-    resources = await store.add_resources({"llm": llm, "prompt_template": PromptTemplate(template=prompts[0])})
+    published: dict[str, str] = {}  # prompt -> resources id
     for prompt in prompts:
-        # 1. publish the candidate (a new version of the same resources)
-        await store.update_resources(resources.resources_id, {"llm": llm, "prompt_template": PromptTemplate(template=prompt)})
+        # 1. publish the candidate under its own id: a runner that gets the task waits for exactly these resources
+        resources = await store.add_resources({"llm": llm, "prompt_template": PromptTemplate(template=prompt)})
+        published[prompt] = resources.resources_id
         # 2. enqueue the dataset against it
         rollouts = [await store.enqueue_rollout(input=task, mode="train", resources_id=resources.resources_id)
                     for task in dataset]  # fmt: skip
@@ -55,7 +56,7 @@ async def prompt_search(*, store: Any, llm: LLM, prompts: Sequence[str], dataset
             final = triplets[rollout.rollout_id][-1].reward if triplets[rollout.rollout_id] else None
             rewards.append(final if rollout.status == "succeeded" and final is not None else 0.0)
         scores[prompt] = sum(rewards) / len(rewards)
-    # 5. the best prompt becomes the latest resources
+    # 5. the best prompt becomes the latest resources (a new version of its resources)
     best = max(prompts, key=lambda p: scores[p])
-    update = await store.update_resources(resources.resources_id, {"llm": llm, "prompt_template": PromptTemplate(template=best)})
+    update = await store.update_resources(published[best], {"llm": llm, "prompt_template": PromptTemplate(template=best)})
     return SearchResult(best, scores, triplets, update.resources_id)

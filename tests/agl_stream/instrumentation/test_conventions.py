@@ -1,7 +1,7 @@
 """OpenInference's spans of real OpenAI and LangGraph calls, mapped onto upstream's conventions at capture.
 
 The calls go to a scripted server that answers like vLLM with ``return_token_ids`` (streamed and
-not); the instrumentations are the maintained ones agl-stream activates, on a private tracer provider.
+not); the instrumentations are the maintained ones agl-stream's tracer activates.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterator, TypedDict
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -18,27 +18,39 @@ from agl_stream.instrumentation.conventions import SOURCE_NAME, normalize
 from agl_stream.instrumentation.openai import _prepare
 from tests.agl_stream.scripted_vllm import ScriptedVllm, prompt_text, token_ids
 
-openinference_openai = pytest.importorskip("openinference.instrumentation.openai")
-openinference_langchain = pytest.importorskip("openinference.instrumentation.langchain")
+pytest.importorskip("openinference.instrumentation.openai")
+pytest.importorskip("openinference.instrumentation.langchain")
 
 ANSWER = "the answer is four"
 
 
+class Detachable(SimpleSpanProcessor):
+    """An exporting processor that stops exporting when the test is done (a provider cannot drop processors)."""
+
+    attached = True
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.attached:
+            super().on_end(span)
+
+
 @pytest.fixture(scope="module")
 def traced() -> Iterator[tuple[InMemorySpanExporter, ScriptedVllm]]:
+    """The process-wide provider and instrumentations exactly as a runner's tracer sets them up (instrumentors
+    are process singletons), plus an in-memory exporter for this module."""
+    from agl_stream.instrumentation import instrument_installed
+    from agl_stream.tracer.otel import install_global_processor
+
+    provider = install_global_processor()
+    assert {"openai", "langchain"} <= set(instrument_installed(provider))
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    openai_instrumentor = openinference_openai.OpenAIInstrumentor()
-    langchain_instrumentor = openinference_langchain.LangChainInstrumentor()
-    openai_instrumentor.instrument(tracer_provider=provider)
-    langchain_instrumentor.instrument(tracer_provider=provider)
+    processor = Detachable(exporter)
+    provider.add_span_processor(processor)
     try:
         with ScriptedVllm(lambda body: ANSWER) as server:
             yield exporter, server
     finally:
-        openai_instrumentor.uninstrument()
-        langchain_instrumentor.uninstrument()
+        processor.attached = False
 
 
 def mapped(span: ReadableSpan) -> tuple[str, dict[str, Any]]:
@@ -50,7 +62,7 @@ def chat(server: ScriptedVllm, **kwargs: Any) -> Any:
 
     client = OpenAI(base_url=server.base_url, api_key="unused")
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "what is two plus two"}]
-    return client.chat.completions.create(model="policy", messages=messages, **_prepare({"max_tokens": 8, **kwargs}))
+    return client.chat.completions.create(model="policy", messages=messages, max_tokens=8, **kwargs)  # token ids: asked by the patch
 
 
 def test_request_side_asks_for_token_ids_streamed_or_not() -> None:
@@ -87,7 +99,7 @@ def test_langgraph_nodes_are_agents_and_their_calls_carry_token_ids(traced: Any)
         question: str
         answer: str
 
-    llm = ChatOpenAI(base_url=server.base_url, api_key="unused", model="policy", extra_body={"return_token_ids": True})
+    llm = ChatOpenAI(base_url=server.base_url, api_key="unused", model="policy")
     graph = StateGraph(State)
     graph.add_node("planner", lambda s: {"answer": llm.invoke(s["question"]).content})
     graph.add_node("writer", lambda s: {"answer": llm.invoke(s["answer"]).content})
