@@ -1,7 +1,26 @@
-"""The algorithm-side client (enqueue rollouts, publish resources, wait for rollouts) and topic views."""
+"""The algorithm-side client (upstream's store API over the pipeline) and topic views."""
 
+from agl_stream.client.errors import ConsistencyTimeout, SpanReaderUnavailable, UnsupportedOnStream
 from agl_stream.client.follow import TopicFollower
+from agl_stream.client.paging import UNSET, PaginatedResult, Unset
 from agl_stream.client.resources import LATEST_KEY, ResourceCache, ResourcesNotFound
+from agl_stream.client.span_reader import AttemptProgress, SpanQuery, SpanReader
 from agl_stream.client.store_client import EnqueueRolloutRequest, StoreClient
 
-__all__ = ["LATEST_KEY", "EnqueueRolloutRequest", "ResourceCache", "ResourcesNotFound", "StoreClient", "TopicFollower"]
+__all__ = [
+    "LATEST_KEY",
+    "UNSET",
+    "AttemptProgress",
+    "ConsistencyTimeout",
+    "EnqueueRolloutRequest",
+    "PaginatedResult",
+    "ResourceCache",
+    "ResourcesNotFound",
+    "SpanQuery",
+    "SpanReader",
+    "SpanReaderUnavailable",
+    "StoreClient",
+    "TopicFollower",
+    "Unset",
+    "UnsupportedOnStream",
+]

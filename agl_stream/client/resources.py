@@ -44,6 +44,10 @@ class ResourceCache:
     def get(self, resources_id: str) -> Optional[ResourcesUpdate]:
         return self._by_id.get(resources_id)
 
+    def all(self) -> list[ResourcesUpdate]:
+        """Every resources id with its latest version, in the order they were first published."""
+        return list(self._by_id.values())
+
     def latest(self) -> Optional[ResourcesUpdate]:
         return self._latest
 

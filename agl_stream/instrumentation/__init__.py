@@ -1,1 +1,97 @@
-"""Opt-in OpenTelemetry instrumentations that capture what training needs (token ids)."""
+"""Framework tracing with the ecosystem's maintained OpenTelemetry instrumentations (OpenInference).
+
+:func:`instrument_installed` activates, on the tracer provider agl-stream's tracer captures, the
+OpenInference instrumentor of every supported library that is importable in this process; each is
+an optional extra (``pip install agl-stream[langchain]``). Their spans are mapped onto upstream's
+conventions at capture (:mod:`agl_stream.instrumentation.conventions`). Nothing here is imported
+by ``import agl_stream``; the tracer calls it when a runner starts.
+
+``AGL_INSTRUMENT=0`` turns every instrumentation off, ``AGL_INSTRUMENT_<NAME>=0`` one of them
+(``OPENAI``, ``LANGCHAIN``, ...); ``AGL_REQUEST_TOKEN_IDS=0`` stops asking servers for token ids.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+import wrapt
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Instrumentation:
+    name: str  # also the extra that installs it and the AGL_INSTRUMENT_<NAME> switch
+    library: str  # the import name of the instrumented library
+    instrumentor: str  # "module:Class" of the OpenInference instrumentor
+
+
+INSTRUMENTATIONS: tuple[Instrumentation, ...] = (
+    Instrumentation("openai", "openai", "openinference.instrumentation.openai:OpenAIInstrumentor"),
+    Instrumentation("langchain", "langchain_core", "openinference.instrumentation.langchain:LangChainInstrumentor"),
+)
+
+_LOCK = threading.RLock()  # the hook runs at once, under the lock, when the library is already imported
+_ARMED: set[str] = set()  # instrumentations waiting for (or done with) their library's import
+_ACTIVE: dict[str, Any] = {}  # instrumentations whose library was imported: name -> instrumentor
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] = None) -> list[str]:
+    """Instrument every supported library that is installed, when it is imported (once per process).
+
+    Returns the names armed so far; :func:`active` says which libraries were imported and are traced."""
+    from agl_stream.env_var import resolve_bool_env_var
+
+    with _LOCK:
+        if not resolve_bool_env_var("AGL_INSTRUMENT", fallback=True, env=env):
+            return sorted(_ARMED)
+        for item in INSTRUMENTATIONS:
+            if item.name in _ARMED or not _importable(item.library):
+                continue
+            if not resolve_bool_env_var(f"AGL_INSTRUMENT_{item.name.upper()}", fallback=True, env=env):
+                continue
+            module_name, _, class_name = item.instrumentor.partition(":")
+            if not _importable(module_name.rsplit(".", 1)[0]) or not _importable(module_name):
+                logger.warning("%s is installed but its tracing is not: pip install 'agl-stream[%s]'", item.library, item.name)
+                continue
+            ask_token_ids = item.name == "openai" and bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True, env=env))
+            _ARMED.add(item.name)
+            # Activated when the agent imports the library (at once if it already did): importing
+            # openai or langchain costs about a second of CPU per process, which an agent that never
+            # uses them should not pay in every runner process.
+            wrapt.register_post_import_hook(
+                functools.partial(_activate, item, module_name, class_name, tracer_provider, ask_token_ids), item.library
+            )
+        return sorted(_ARMED)
+
+
+def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_provider: Any, ask_token_ids: bool,
+              _library: Any) -> None:  # fmt: skip
+    """Post-import hook: the instrumented library was just imported; instrument it."""
+    with _LOCK:
+        if item.name in _ACTIVE:
+            return
+        instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        instrumentor.instrument(tracer_provider=tracer_provider)
+        _ACTIVE[item.name] = instrumentor
+    if ask_token_ids:
+        from agl_stream.instrumentation.openai import request_token_ids
+
+        request_token_ids()
+
+
+def active() -> list[str]:
+    return sorted(_ACTIVE)

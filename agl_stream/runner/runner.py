@@ -47,6 +47,7 @@ from agl_stream.client.resources import ResourceCache
 from agl_stream.config import Settings
 from agl_stream.emitter.annotation import emit_exception
 from agl_stream.kafka import Decoded, RecordConsumer, RecordProducer, Rejected
+from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
 from agl_stream.litagent import LitAgent
 from agl_stream.runner.hooks import Hook, HookRunner
 from agl_stream.runner.progress import RunnerStats
@@ -59,7 +60,7 @@ from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter, NamedRe
 
 logger = logging.getLogger(__name__)
 
-RUNNER_GROUP = "agl-runners"
+RUNNER_GROUP = RUNNERS_GROUP
 SHUTDOWN_ERROR = "cancelled: runner shutting down"
 
 
@@ -249,6 +250,9 @@ class LitAgentRunner:
                     except Exception as exc:  # not marked done: the record is redelivered and retried
                         logger.error("could not dead-letter task record at offset %d: %r", rejected.record.offset, exc)
                 for decoded in good:
+                    if is_preclaimed(decoded.headers):  # written by start_rollout/start_attempt: its writer runs it
+                        self._consumer.done(decoded.record)
+                        continue
                     self._launch(decoded)
         finally:
             stop_wait.cancel()
@@ -390,40 +394,16 @@ class LitAgentRunner:
         )  # fmt: skip
 
     async def _claim(self, decoded: Decoded[AttemptedRollout]) -> bool:
-        """Report ``started`` and commit the task's offset, both acknowledged, before anything runs.
+        """Claim the task (:func:`agl_stream.kafka.claim.claim_record`) before anything runs.
 
         ``False``: the partition moved to another runner first; the task is its new owner's to run
         (at most our ``started`` event was written, which the state machine ignores as a repeat).
         """
         assert self._consumer is not None
-        rollout, record = decoded.value, decoded.record
-        # A partition revoked mid-claim (even if assigned back since) redelivers the task: not ours any more.
-        owner = self._consumer.ownership(record)
-        delay = 0.2
-        while True:
-            if owner is None or self._consumer.ownership(record) != owner:
-                return self._left_to_new_owner(rollout, record.partition)
-            try:
-                await self._send_event(rollout, "started", wait=True)
-                break
-            except Exception as exc:  # the producer already retried; keep trying while the partition is ours
-                logger.warning("could not report attempt %s started (%r); retrying in %.1fs",
-                               rollout.attempt.attempt_id, exc, delay)  # fmt: skip
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        self._consumer.done(record)
-        delay = 0.1
-        while not self._consumer.is_committed(record):
-            if self._consumer.ownership(record) != owner:
-                return self._left_to_new_owner(rollout, record.partition)
-            try:
-                await self._commit()
-            except Exception as exc:  # a stale group generation fails here, then the rebalance revokes
-                logger.warning("could not commit the claim of %s (%r); retrying", rollout.attempt.attempt_id, exc)
-            if not self._consumer.is_committed(record):  # an earlier task's claim may still be in flight
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        return True
+        rollout = decoded.value
+        claimed = await claim_record(self._consumer, decoded.record, lambda: self._send_event(rollout, "started", wait=True),
+                                     self._commit, f"attempt {rollout.attempt.attempt_id}")  # fmt: skip
+        return claimed or self._left_to_new_owner(rollout, decoded.record.partition)
 
     def _left_to_new_owner(self, rollout: AttemptedRollout, partition: int) -> bool:
         logger.info("task %s: partition %d was reassigned before the attempt was claimed; left to its new owner",

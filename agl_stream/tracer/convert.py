@@ -18,6 +18,7 @@ import pydantic_core
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext as OtelSpanContext
 
+from agl_stream.instrumentation.conventions import normalize
 from agl_stream.semconv import LightningResourceAttributes
 from agl_stream.serialization import SCHEMA_VERSION, schema_name
 from agl_stream.types import Span, SpanCoreFields
@@ -77,6 +78,7 @@ def readable_to_doc(
     resource[_ROLLOUT], resource[_ATTEMPT], resource[_SEQUENCE], resource[_TRACER] = rollout_id, attempt_id, sequence_id, tracer_name
     status = span.status
     status_code = status.status_code.name if status is not None else "UNSET"
+    name, attributes = normalize(span.name, _attrs(span.attributes))
     return {
         "rollout_id": rollout_id,
         "attempt_id": attempt_id,
@@ -84,9 +86,9 @@ def readable_to_doc(
         "trace_id": context["trace_id"],
         "span_id": context["span_id"],
         "parent_id": parent["span_id"] if parent is not None else None,
-        "name": span.name,
+        "name": name,
         "status": {"status_code": status_code, "description": status.description if status is not None else None},
-        "attributes": _attrs(span.attributes),
+        "attributes": attributes,
         "events": [{"name": e.name, "attributes": _attrs(e.attributes), "timestamp": _seconds(e.timestamp)} for e in span.events],
         "links": [
             {"context": _context(link.context), "attributes": _attrs(link.attributes)}

@@ -157,7 +157,7 @@ class OtelTracer(Tracer):
     def init(self, *args: Any, **kwargs: Any) -> None:
         provider = install_global_processor()
         self._otel_tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-        _instrument_llm_clients()
+        _instrument_llm_clients(provider)
         self.pipeline.start()
 
     def teardown(self, *args: Any, **kwargs: Any) -> None:
@@ -229,27 +229,10 @@ class OtelTracer(Tracer):
         await asyncio.wait_for(asyncio.wrap_future(self.pipeline.flush_async()), timeout)
 
 
-def _instrument_llm_clients() -> None:
-    """Trace OpenAI client calls with their token ids, as upstream's default tracer does.
+def _instrument_llm_clients(provider: TracerProvider) -> None:
+    """Trace the installed agent frameworks and LLM clients with their maintained instrumentations
+    (token ids included), as upstream's default tracer does; see :mod:`agl_stream.instrumentation`."""
+    from agl_stream.instrumentation import instrument_installed
 
-    ``AGL_INSTRUMENT_OPENAI=0`` turns it off; ``AGL_REQUEST_TOKEN_IDS=0`` stops asking the server for
-    ``return_token_ids`` (for providers that reject unknown request fields; training needs the ids).
-    """
-    import importlib.util
-
-    from agl_stream.env_var import resolve_bool_env_var
-
-    if not resolve_bool_env_var("AGL_INSTRUMENT_OPENAI", fallback=True) or importlib.util.find_spec("openai") is None:
-        return
-    import wrapt
-
-    request_token_ids = bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True))
-
-    def instrument(_module: Any) -> None:
-        from agl_stream.instrumentation.openai import instrument_openai
-
-        instrument_openai(request_token_ids=request_token_ids)
-
-    # Patched when the agent imports openai (at once if it already did): importing the client costs
-    # about a second of CPU per process, which an agent that never calls it should not pay.
-    wrapt.register_post_import_hook(instrument, "openai")
+    armed = instrument_installed(provider)
+    logger.debug("instrumented (when imported): %s", ", ".join(armed) or "nothing")

@@ -1,5 +1,8 @@
 """Spans to ``spans`` rows (the OpenTelemetry ``otel_traces`` layout) and back, without loss.
 
+The read side (:func:`span_from_row`) is shared with the SDK's ``StoreClient`` and lives in
+:mod:`agl_stream.client.span_rows`; it is re-exported here.
+
 Attribute maps in ClickHouse hold strings. String values are stored as they are (so SQL and
 Grafana read ``SpanAttributes['gen_ai.request.model']`` naturally); every other value (numbers,
 bools, lists such as ``prompt_token_ids``) is stored as JSON and its key is listed in the
@@ -10,13 +13,12 @@ Times are nanoseconds; a span without an end time is stored with ``Duration = 0`
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import pyarrow as pa
 
-from agl_stream.types import Event, Link, OtelResource, Span, SpanContext, TraceStatus
+from agl_stream.client.span_rows import KIND_TO_OTEL, STATUS_TO_OTEL, decode_attributes, decode_trace_state, span_from_row
+from agl_stream.types import Span
 from agl_stream_processors.clickhouse.columns import STR_LIST, STR_MAP, UTC_NS, RowError, seconds_to, to_json
 
 SPAN_SCHEMA = pa.schema(
@@ -55,13 +57,6 @@ SPAN_SCHEMA = pa.schema(
     ]
 )
 
-# OTel status/kind spellings as the ClickHouse exporter writes them, and back.
-_STATUS_TO_OTEL = {"UNSET": "Unset", "OK": "Ok", "ERROR": "Error"}
-_STATUS_FROM_OTEL = {v: k for k, v in _STATUS_TO_OTEL.items()}
-_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER", "UNSPECIFIED")
-_KIND_TO_OTEL = {k: k.capitalize() for k in _KINDS}
-_KIND_FROM_OTEL = {v: k for k, v in _KIND_TO_OTEL.items()}
-
 SERVICE_NAME = "service.name"
 TRACER_NAME = "agentlightning.tracer.name"
 
@@ -81,23 +76,9 @@ def encode_attributes(attributes: Mapping[str, Any]) -> tuple[list[tuple[str, st
     return entries, json_keys
 
 
-def decode_attributes(entries: Iterable[tuple[str, str]] | Mapping[str, str], json_keys: Iterable[str]) -> dict[str, Any]:
-    typed = set(json_keys)
-    items = entries.items() if isinstance(entries, Mapping) else entries
-    return {k: (json.loads(v) if k in typed else v) for k, v in items}
-
-
 def encode_trace_state(state: Mapping[str, str]) -> str:
     """W3C tracestate header form: ``k1=v1,k2=v2``."""
     return ",".join(f"{k}={v}" for k, v in state.items())
-
-
-def decode_trace_state(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for member in filter(None, (m.strip() for m in text.split(","))):
-        key, _, value = member.partition("=")
-        out[key] = value
-    return out
 
 
 _NO_EVENTS: dict[str, list[Any]] = {
@@ -148,14 +129,14 @@ def span_to_row(span: Span, record_timestamp_ms: Optional[int] = None) -> dict[s
         "ParentSpanId": span.parent_id or "",
         "TraceState": trace_state,
         "SpanName": span.name,
-        "SpanKind": _KIND_TO_OTEL.get(span.kind.upper(), span.kind),
+        "SpanKind": KIND_TO_OTEL.get(span.kind.upper(), span.kind),
         "ServiceName": str(res_map.get(SERVICE_NAME, "")),
         "ResourceAttributes": res_attrs,
         "ScopeName": str(res_map.get(TRACER_NAME, "")),
         "ScopeVersion": "",
         "SpanAttributes": span_attrs,
         "Duration": (end - start) if end is not None else 0,
-        "StatusCode": _STATUS_TO_OTEL[span.status.status_code],
+        "StatusCode": STATUS_TO_OTEL[span.status.status_code],
         "StatusMessage": span.status.description or "",
         **(_events_columns(span) if span.events else _NO_EVENTS),
         **(_links_columns(span) if span.links else _NO_LINKS),
@@ -167,68 +148,6 @@ def span_to_row(span: Span, record_timestamp_ms: Optional[int] = None) -> dict[s
         "ResourceSchemaUrl": span.resource.schema_url,
         "EndTimeMissing": end is None,
     }
-
-
-def _ns(value: Any) -> int:
-    """A timestamp column value (pandas Timestamp, datetime or int ns) as integer nanoseconds."""
-    if isinstance(value, int):
-        return value
-    if hasattr(value, "value") and isinstance(value.value, int):  # pandas.Timestamp
-        return int(value.value)
-    if isinstance(value, datetime):
-        return round(value.timestamp() * 1_000_000_000)
-    raise TypeError(f"unexpected timestamp value {value!r}")
-
-
-def _seconds(ns: int) -> float:
-    return ns / 1_000_000_000
-
-
-def span_from_row(row: Mapping[str, Any]) -> Span:
-    """Rebuild the agl :class:`Span` from a ``spans`` row (as read by :func:`read_span_rows`)."""
-    start_ns = _ns(row["Timestamp"])
-    end_ns = None if row["EndTimeMissing"] else start_ns + int(row["Duration"])
-    trace_id, span_id = row["TraceId"], row["SpanId"]
-    parent_id = row["ParentSpanId"] or None
-    trace_state = decode_trace_state(row["TraceState"])
-    events = [
-        Event(name=name, attributes=decode_attributes(attrs, keys), timestamp=_seconds(_ns(ts)) if _ns(ts) else None)
-        for ts, name, attrs, keys in zip(
-            row["Events.Timestamp"], row["Events.Name"], row["Events.Attributes"], row["Events.JsonKeys"]
-        )
-    ]
-    links = [
-        Link(
-            context=SpanContext(trace_id=tid, span_id=sid, trace_state=decode_trace_state(state)),
-            attributes=decode_attributes(attrs, keys),
-        )
-        for tid, sid, state, attrs, keys in zip(
-            row["Links.TraceId"], row["Links.SpanId"], row["Links.TraceState"], row["Links.Attributes"], row["Links.JsonKeys"]
-        )
-    ]
-    status = _STATUS_FROM_OTEL.get(row["StatusCode"], "UNSET")
-    return Span(
-        rollout_id=row["RolloutId"],
-        attempt_id=row["AttemptId"],
-        sequence_id=int(row["SequenceId"]),
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_id=parent_id,
-        name=row["SpanName"],
-        status=TraceStatus(status_code=status, description=row["StatusMessage"] or None),  # type: ignore[arg-type]
-        attributes=decode_attributes(row["SpanAttributes"], row["SpanAttributesJsonKeys"]),
-        events=events,
-        links=links,
-        start_time=_seconds(start_ns),
-        end_time=_seconds(end_ns) if end_ns is not None else None,
-        context=SpanContext(trace_id=trace_id, span_id=span_id, trace_state=trace_state),
-        parent=SpanContext(trace_id=trace_id, span_id=parent_id) if parent_id else None,
-        resource=OtelResource(
-            attributes=decode_attributes(row["ResourceAttributes"], row["ResourceAttributesJsonKeys"]),
-            schema_url=row["ResourceSchemaUrl"],
-        ),
-        kind=_KIND_FROM_OTEL.get(row["SpanKind"], row["SpanKind"]),
-    )
 
 
 SPAN_COLUMNS = ", ".join(f"`{name}`" for name in SPAN_SCHEMA.names)
@@ -251,3 +170,16 @@ def _arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
         else:
             columns[name] = col.to_pylist()
     return [{name: columns[name][i] for name in columns} for i in range(table.num_rows)]
+
+
+__all__ = [
+    "SPAN_COLUMNS",
+    "SPAN_SCHEMA",
+    "decode_attributes",
+    "decode_trace_state",
+    "encode_attributes",
+    "encode_trace_state",
+    "span_from_row",
+    "span_to_row",
+    "spans_from_arrow",
+]

@@ -1,0 +1,154 @@
+"""``ClickHouseSpanReader``: ``query_spans`` over the ClickHouse ``spans`` table, through clickhouse-connect.
+
+Works against a ClickHouse server (``http(s)://...`` DSN) from any process. The embedded engine
+(``chdb:///dir``) has one owning process per data directory: it can be read from the process that
+runs the sinks (a test, an example or a notebook that runs the processors in-process), not from a
+second process; opening it elsewhere raises :class:`SpanReaderUnavailable` saying so.
+
+Filters, sort and pagination run in SQL (``FINAL`` collapses a span delivered twice), timestamps
+are read as integer nanoseconds so a span reads back exactly as it was written. clickhouse-connect
+is imported on first use: ``import agl_stream`` stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Optional, Sequence
+
+from agl_stream.client.clickhouse_dsn import Target, parse_dsn
+from agl_stream.client.errors import SpanReaderUnavailable
+from agl_stream.client.paging import PaginatedResult
+from agl_stream.client.span_reader import AttemptProgress, SpanQuery
+from agl_stream.client.span_rows import span_from_row
+from agl_stream.types import Span
+
+_COLUMN = {
+    "trace_id": "TraceId",
+    "span_id": "SpanId",
+    "parent_id": "ParentSpanId",
+    "name": "SpanName",
+    "sequence_id": "SequenceId",
+    "start_time": "Timestamp",
+    # a missing end time sorts as +infinity (upstream's rule for *_time fields)
+    "end_time": "if(EndTimeMissing, toDateTime64('2262-04-11 00:00:00', 9, 'UTC'), Timestamp + toIntervalNanosecond(Duration))",
+    "rollout_id": "RolloutId",
+    "attempt_id": "AttemptId",
+}
+
+# Timestamps as integers (ns): clickhouse-connect's datetimes stop at microseconds.
+_SELECT = """
+SELECT toUnixTimestamp64Nano(Timestamp) AS TimestampNs, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind,
+       ResourceAttributes, SpanAttributes, Duration, StatusCode, StatusMessage,
+       arrayMap(t -> toUnixTimestamp64Nano(t), `Events.Timestamp`) AS EventsTimestampNs, `Events.Name`,
+       `Events.Attributes`, `Events.JsonKeys`, `Links.TraceId`, `Links.SpanId`, `Links.TraceState`, `Links.Attributes`,
+       `Links.JsonKeys`, RolloutId, AttemptId, SequenceId, SpanAttributesJsonKeys, ResourceAttributesJsonKeys,
+       ResourceSchemaUrl, EndTimeMissing
+FROM spans FINAL
+"""
+
+
+def _where(query: SpanQuery) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {"rollout": query.rollout_id}
+    must = ["RolloutId = {rollout:String}"]
+    if query.attempt_id is not None:
+        must.append("AttemptId = {attempt:String}")
+        params["attempt"] = query.attempt_id
+    optional: list[str] = []
+    for i, (name, value) in enumerate(query.exact.items()):
+        optional.append(f"{_COLUMN[name]} = {{x{i}:String}}")
+        params[f"x{i}"] = value
+    for i, (name, value) in enumerate(query.contains.items()):
+        optional.append(f"position({_COLUMN[name]}, {{c{i}:String}}) > 0")
+        params[f"c{i}"] = value
+    where = " AND ".join(must)
+    if optional:
+        joiner = " AND " if query.filter_logic == "and" else " OR "
+        where += f" AND ({joiner.join(optional)})"
+    return where, params
+
+
+class ClickHouseSpanReader:
+    """Reads spans from the ``spans`` table of the ClickHouse a DSN names (the sinks' ``AGL_CLICKHOUSE_DSN``)."""
+
+    def __init__(self, dsn: str, database: Optional[str] = None) -> None:
+        self.target: Target = parse_dsn(dsn, database)
+        self._client: Any = None
+        self._lock = threading.Lock()  # the embedded engine's client is not documented as thread-safe
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            import clickhouse_connect
+
+            try:
+                client = clickhouse_connect.get_client(dsn=self.target.dsn)
+            except Exception as exc:
+                where = self.target.describe()
+                hint = (
+                    "the embedded engine allows one process per data directory: read it from the process that runs "
+                    "the sinks, or point AGL_CLICKHOUSE_DSN at a ClickHouse server"
+                    if self.target.embedded
+                    else "check AGL_CLICKHOUSE_DSN and that the server is up"
+                )
+                raise SpanReaderUnavailable(f"cannot open ClickHouse at {where}: {exc!r}; {hint}") from exc
+            client.database = self.target.database
+            self._client = client
+        return self._client
+
+    def _rows(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with self._lock:
+            result = self._connect().query(sql, parameters=params)
+            return list(result.column_names), [tuple(r) for r in result.result_rows]
+
+    async def _query(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        return await asyncio.to_thread(self._rows, sql, params)
+
+    async def read_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
+        where, params = _where(query)
+        order = ""
+        if query.sort_by is not None:
+            direction = "DESC" if query.sort_order == "desc" else "ASC"
+            order = f"ORDER BY {_COLUMN[query.sort_by]} {direction}, SequenceId, Timestamp, SpanId"
+        page = ""
+        if query.limit != -1:
+            page = f"LIMIT {int(query.limit)} OFFSET {int(query.offset)}"
+        elif query.offset:
+            page = f"LIMIT 18446744073709551615 OFFSET {int(query.offset)}"
+        columns, rows = await self._query(f"{_SELECT} WHERE {where} {order} {page}", params)
+        _, counted = await self._query(f"SELECT count() FROM spans FINAL WHERE {where}", params)
+        spans = []
+        for row in rows:
+            record = dict(zip(columns, row))
+            record["Timestamp"] = record.pop("TimestampNs")
+            record["Events.Timestamp"] = record.pop("EventsTimestampNs")
+            spans.append(span_from_row(record))
+        return PaginatedResult(spans, query.limit, query.offset, int(counted[0][0]))
+
+    async def attempt_progress(self, rollout_id: str, attempt_id: str) -> AttemptProgress:
+        _, rows = await self._query(
+            "SELECT (SELECT max(SpanCount) FROM attempts WHERE RolloutId = {r:String} AND AttemptId = {a:String} "
+            "AND Kind = 'finished'), (SELECT uniqExact(SpanId) FROM spans WHERE RolloutId = {r:String} "
+            "AND AttemptId = {a:String})",
+            {"r": rollout_id, "a": attempt_id},
+        )
+        expected, stored = rows[0]
+        return AttemptProgress(None if expected is None else int(expected), int(stored))
+
+    async def missing_span_ids(self, rollout_id: str, attempt_id: str, span_ids: Sequence[str]) -> set[str]:
+        if not span_ids:
+            return set()
+        _, rows = await self._query(
+            "SELECT DISTINCT SpanId FROM spans WHERE RolloutId = {r:String} AND AttemptId = {a:String} "
+            "AND SpanId IN {ids:Array(String)}",
+            {"r": rollout_id, "a": attempt_id, "ids": list(span_ids)},
+        )
+        return set(span_ids) - {r[0] for r in rows}
+
+    async def count_spans(self) -> int:
+        _, rows = await self._query("SELECT uniqExact(RolloutId, AttemptId, SpanId) FROM spans", {})
+        return int(rows[0][0])
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(client.close)

@@ -1,0 +1,139 @@
+"""``dequeue_rollout`` on a stream: claim tasks from ``agl.tasks`` as a member of the runners' consumer group.
+
+A hand-written runner is one more consumer in the group ``agl-runners`` (runner processes are the
+others): Kafka assigns it partitions of ``agl.tasks``, and each task it takes is *claimed* with the
+runners' protocol (:mod:`agl_stream.kafka.claim`: its ``started`` event acknowledged, then its
+offset committed) before it is returned, so no other runner runs it and a crash before the claim
+leaves it to the group.
+
+Joining the group takes a moment (a rebalance), so the first call may return nothing yet; after
+that a call waits at most ``poll_timeout`` for work. A member that stops asking would keep its
+partitions' tasks from every other runner, so the queue leaves the group after ``idle_seconds``
+without a call (it rejoins on the next one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Optional
+
+from agl_stream.config import Settings
+from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
+from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter
+
+logger = logging.getLogger(__name__)
+
+
+class TaskQueue:
+    def __init__(
+        self,
+        settings: Settings,
+        producer: RecordProducer,
+        *,
+        bootstrap: Optional[str] = None,
+        group_id: str = RUNNERS_GROUP,
+        poll_timeout: float = 0.5,
+        idle_seconds: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.poll_timeout = poll_timeout
+        self.idle_seconds = idle_seconds
+        self._consumer: Optional[RecordConsumer] = None
+        self._lock = asyncio.Lock()
+        self._last_call = 0.0
+        self._idle_task: Optional[asyncio.Task[None]] = None
+
+    async def dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+        """Claim up to ``limit`` tasks (FIFO per partition); fewer, or none, when the queue has no more now."""
+        if limit <= 0:
+            return []
+        async with self._lock:
+            self._last_call = time.monotonic()
+            consumer = await self._ensure_consumer()
+            claimed: list[AttemptedRollout] = []
+            deadline = time.monotonic() + self.poll_timeout
+            while len(claimed) < limit:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                good, bad = await consumer.get_decoded(AttemptedRollout, timeout=remaining, max_records=limit - len(claimed))
+                for rejected in bad:
+                    await self._dead_letter(consumer, rejected.record, rejected.error.reason, type(rejected.error).__name__,
+                                            worker_id)  # fmt: skip
+                for decoded in good:
+                    if is_preclaimed(decoded.headers):  # start_rollout/start_attempt: its writer runs it
+                        consumer.done(decoded.record)
+                        continue
+                    task = await self._claim(consumer, decoded.value, decoded.record, worker_id)
+                    if task is not None:
+                        claimed.append(task)
+                if not good and not bad:
+                    break
+            await consumer.commit()  # skipped records (pre-claimed, dead-lettered) need not be seen again
+            self._last_call = time.monotonic()
+            return claimed
+
+    async def _claim(self, consumer: RecordConsumer, task: AttemptedRollout, record: object,
+                     worker_id: Optional[str]) -> Optional[AttemptedRollout]:  # fmt: skip
+        started_at = time.time()
+        event = AttemptEvent(
+            kind="started", rollout_id=task.rollout_id, attempt_id=task.attempt.attempt_id,
+            attempt_sequence_id=task.attempt.sequence_id, worker_id=worker_id, mode=task.mode,
+            resources_id=task.resources_id, metadata=dict(task.metadata), timestamp=started_at,
+        )  # fmt: skip
+        topic = self.settings.topic("attempts")
+
+        async def report() -> None:
+            await self.producer.send_and_wait(topic, event, key=task.rollout_id)
+
+        if not await claim_record(consumer, record, report, consumer.commit, f"attempt {task.attempt.attempt_id}"):  # type: ignore[arg-type]
+            logger.info("task %s moved to another runner before it was claimed", task.rollout_id)
+            return None
+        attempt = task.attempt.model_copy(update={"status": "preparing", "worker_id": worker_id, "start_time": started_at})
+        return task.model_copy(update={"status": "preparing", "attempt": attempt})
+
+    async def _dead_letter(self, consumer: RecordConsumer, record: object, reason: str, error_type: str,
+                           worker_id: Optional[str]) -> None:  # fmt: skip
+        letter = DeadLetter(
+            source_topic=record.topic, partition=record.partition, offset=record.offset,  # type: ignore[attr-defined]
+            key=record.key, payload=record.value or b"", reason=reason, error_type=error_type,  # type: ignore[attr-defined]
+            processor=f"store-client:{worker_id or 'dequeue'}",
+        )  # fmt: skip
+        logger.error("task record at offset %s rejected: %s", letter.offset, reason)
+        await self.producer.send_and_wait(self.settings.topic("dlq"), letter, key=letter.key)
+        consumer.done(record)  # type: ignore[arg-type]
+
+    async def _ensure_consumer(self) -> RecordConsumer:
+        if self._consumer is None:
+            self._consumer = RecordConsumer(
+                self.settings, [self.settings.topic("tasks")], self.group_id, self.bootstrap,
+                max_poll_interval_ms=max(300_000, int(self.idle_seconds * 2000)),
+            )  # fmt: skip
+            await self._consumer.start()
+            if self._idle_task is None:
+                self._idle_task = asyncio.create_task(self._leave_when_idle(), name="agl-dequeue-idle")
+        return self._consumer
+
+    async def _leave_when_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.idle_seconds, 1.0))
+            async with self._lock:
+                if self._consumer is not None and time.monotonic() - self._last_call > self.idle_seconds:
+                    logger.info("no dequeue for %.0fs: leaving the runners' group", self.idle_seconds)
+                    consumer, self._consumer = self._consumer, None
+                    await consumer.stop(commit=True)
+
+    async def stop(self) -> None:
+        task, self._idle_task = self._idle_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop(commit=True)

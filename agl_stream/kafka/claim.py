@@ -1,0 +1,70 @@
+"""Claiming a task from ``agl.tasks``: the protocol every consumer in the runners' group follows.
+
+An attempt id names one execution, so a task must be *claimed* before anything runs it: its
+``started`` event is acknowledged on ``agl.attempts`` and its offset is committed, in that order.
+From then on the attempt is the state machine's business (a silent attempt becomes
+``unresponsive``). Until the claim completes nothing ran, so redelivery is harmless: if the
+partition is revoked mid-claim (even if assigned back since) the task is left to its new owner and
+the only trace is a repeated ``started`` event, which the state machine ignores.
+
+Shared by :class:`~agl_stream.runner.LitAgentRunner` and by ``StoreClient.dequeue_rollout`` (a
+hand-written runner is a member of the same consumer group and claims the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from aiokafka.structs import ConsumerRecord
+
+from agl_stream.kafka._consumer import RecordConsumer
+
+logger = logging.getLogger(__name__)
+
+#: the consumer group of everything that runs tasks (runner processes and hand-written runners)
+RUNNERS_GROUP = "agl-runners"
+
+#: header of a task record that was claimed when it was written (``start_rollout``/``start_attempt``):
+#: its writer runs it, so consumers of the runners' group skip it
+CLAIMED_HEADER = "agl-claimed"
+
+
+def is_preclaimed(headers: dict[str, bytes]) -> bool:
+    return CLAIMED_HEADER in headers
+
+
+async def claim_record(
+    consumer: RecordConsumer,
+    record: ConsumerRecord,
+    report_started: Callable[[], Awaitable[Any]],
+    commit: Callable[[], Awaitable[Any]],
+    what: str,
+) -> bool:
+    """Report ``started`` then commit ``record``'s offset, both acknowledged; False: the partition moved first."""
+    owner = consumer.ownership(record)
+    delay = 0.2
+    while True:
+        if owner is None or consumer.ownership(record) != owner:
+            return False
+        try:
+            await report_started()
+            break
+        except Exception as exc:  # the producer already retried; keep trying while the partition is ours
+            logger.warning("could not report %s started (%r); retrying in %.1fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    consumer.done(record)
+    delay = 0.1
+    while not consumer.is_committed(record):
+        if consumer.ownership(record) != owner:
+            return False
+        try:
+            await commit()
+        except Exception as exc:  # a stale group generation fails here, then the rebalance revokes
+            logger.warning("could not commit the claim of %s (%r); retrying", what, exc)
+        if not consumer.is_committed(record):  # an earlier task's claim may still be in flight
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return True
