@@ -88,8 +88,21 @@ def _request(request: Mapping[str, Any]) -> dict[str, Any]:
         attrs[f"gen_ai.prompt.{i}.role"] = str(message.get("role", ""))
         content = message.get("content")
         attrs[f"gen_ai.prompt.{i}.content"] = content if isinstance(content, str) else json.dumps(content)
+        if isinstance(message.get("tool_call_id"), str):  # a tool result answers this call
+            attrs[f"gen_ai.prompt.{i}.tool_call_id"] = message["tool_call_id"]
+        for j, call in enumerate(c for c in message.get("tool_calls") or [] if isinstance(c, dict)):  # an assistant's calls
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            attrs[f"gen_ai.prompt.{i}.tool_calls.{j}.id"] = str(call.get("id", ""))
+            attrs[f"gen_ai.prompt.{i}.tool_calls.{j}.name"] = str(function.get("name", ""))
+            attrs[f"gen_ai.prompt.{i}.tool_calls.{j}.arguments"] = str(function.get("arguments", ""))
     if request.get("tools"):
         attrs["gen_ai.request.tools"] = json.dumps(request["tools"])
+        # upstream's layout of the tool definitions, which TraceToMessages reads
+        for k, tool in enumerate(request["tools"]):
+            function = (tool.get("function") or {}) if isinstance(tool, dict) else {}
+            attrs[f"gen_ai.request.functions.{k}.name"] = str(function.get("name", ""))
+            attrs[f"gen_ai.request.functions.{k}.description"] = str(function.get("description", ""))
+            attrs[f"gen_ai.request.functions.{k}.parameters"] = json.dumps(function.get("parameters", {}))
     return attrs
 
 

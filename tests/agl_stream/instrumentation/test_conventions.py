@@ -124,3 +124,34 @@ def test_spans_without_openinference_attributes_pass_untouched() -> None:
     failed = {"openinference.span.kind": "LLM", "output.value": "boom"}
     assert normalize("ChatCompletion", failed) == ("ChatCompletion", failed)
     assert normalize("triage", {"openinference.span.kind": "AGENT"})[1]["agent.name"] == "triage"
+
+
+def test_tool_turns_keep_what_trace_to_messages_needs(traced: Any) -> None:
+    """A tool-calling conversation keeps upstream's layout: the assistant's calls, the tool result's
+    ``tool_call_id`` and the tool definitions, so TraceToMessages rebuilds the same messages."""
+    from openai import OpenAI
+
+    from agl_stream.adapter import TraceToMessages
+    from agl_stream.types import Span
+
+    exporter, server = traced
+    exporter.clear()
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "find rooms",
+                                               "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "a room for 4"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"rooms": ["Cedar"]}'},
+    ]  # fmt: skip
+    OpenAI(base_url=server.base_url, api_key="unused").chat.completions.create(model="policy", messages=messages, tools=tools)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "ChatCompletion"]
+    name, attrs = mapped(span)
+    assert attrs["gen_ai.prompt.2.tool_call_id"] == "call_1" and attrs["gen_ai.prompt.1.tool_calls.0.name"] == "lookup"
+    assert attrs["gen_ai.request.functions.0.name"] == "lookup"
+    (sample,) = TraceToMessages().adapt([Span(rollout_id="ro-000000000001", attempt_id="at-00000001", sequence_id=1,
+                                              trace_id="a" * 32, span_id="b" * 16, name=name, attributes=attrs,
+                                              start_time=1.0, end_time=2.0)])  # fmt: skip
+    assert sample["messages"][1]["tool_calls"][0]["id"] == "call_1"
+    assert sample["messages"][2] == {"role": "tool", "content": '{"rooms": ["Cedar"]}', "tool_call_id": "call_1"}
+    assert sample["tools"][0]["function"]["name"] == "lookup"
