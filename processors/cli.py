@@ -76,7 +76,7 @@ def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HEL
 @clickhouse.command("sink")
 def sink_command(
     names: Optional[list[str]] = typer.Argument(
-        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq"
+        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps"
     ),
     batch_size: int = typer.Option(5000, "--batch-size", min=1, help="records per insert"),
     max_wait: float = typer.Option(0.5, "--max-wait", min=0.01, help="seconds a batch may wait to fill"),
