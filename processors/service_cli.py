@@ -30,8 +30,14 @@ def processors(
     health_port: Optional[int] = typer.Option(None, help="serve GET /health on this port (200 healthy, 503 not)"),
     health_host: str = typer.Option("0.0.0.0", help="address of the health endpoint"),
     shutdown_timeout: float = typer.Option(30.0, help="seconds apps get to finish in-flight work on shutdown"),
+    sql_door: bool = typer.Option(
+        True, "--sql-door/--no-sql-door", help="sinks on the embedded engine: serve read-only SQL to local commands"
+    ),
+    sql_door_host: str = typer.Option("127.0.0.1", envvar="AGL_SQL_DOOR_HOST", help="address of the SQL door"),
+    sql_door_port: int = typer.Option(0, envvar="AGL_SQL_DOOR_PORT", min=0, max=65535, help="port of the SQL door (0: a free one)"),
 ) -> None:
     from agl_stream.adapter import build_adapter
+    from agl_stream_processors.clickhouse.door_file import DoorOptions
     from agl_stream_processors.service import REGISTRY, ProcessorService, resolve
 
     if list_apps:
@@ -53,6 +59,8 @@ def processors(
         "orphan_seconds": orphan_seconds,
         "retention_seconds": retention_seconds,
         "sink_batch_size": sink_batch_size,
+        # the token comes from AGL_SQL_DOOR_TOKEN or is random; either way it is in the door file (0600)
+        "sql_door": DoorOptions(host=sql_door_host, port=sql_door_port) if sql_door else None,
     }
 
     async def main(stop: asyncio.Event) -> int:

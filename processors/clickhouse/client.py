@@ -84,6 +84,7 @@ class ClickHouse:
     def __init__(self, target: Target, *, create_database: bool = False) -> None:
         self.target = target
         self.database = target.database
+        self.door: Optional[Any] = None  # the SQL door this client reads through (see reader.open_reader), if any
         self._lock = threading.Lock()
         # wrap(): the client itself unless AGL_CLICKHOUSE_FAILPOINT is set (fault injection, see failpoint.py)
         self._client: Client = failpoint.wrap(clickhouse_connect.get_client(dsn=target.dsn))
