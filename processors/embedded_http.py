@@ -19,6 +19,20 @@ import uvicorn
 logger = logging.getLogger(__name__)
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to ``host:port`` (port 0: a free one, read back from the socket)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 class _HostedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -41,15 +55,7 @@ class EmbeddedHttpServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> "EmbeddedHttpServer":
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.requested_port))
-        except OSError:
-            sock.close()
-            raise
-        sock.set_inheritable(True)
+        sock = bound_socket(self.host, self.requested_port)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
         self._server = _HostedServer(config)

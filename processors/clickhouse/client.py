@@ -126,6 +126,12 @@ class ClickHouse:
             result = self._client.query(sql, parameters=parameters)
             return list(result.column_names), [tuple(r) for r in result.result_rows]
 
+    def query_aware(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Like :meth:`query_rows`, with timezone-aware datetimes (exact instants whatever the server's timezone)."""
+        with self._lock:
+            result = self._client.query(sql, parameters=parameters, tz_mode="aware")
+            return list(result.column_names), [tuple(r) for r in result.result_rows]
+
     def scalar(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> Any:
         _cols, rows = self.query_rows(sql, parameters)
         return rows[0][0] if rows else None
