@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from agl_stream_processors.analytics.layout import SECTIONS, Section
+from agl_stream_processors.analytics.layout import MORE, SECTIONS, Section
 from agl_stream_processors.analytics.macros import grafana_variables, variables_of
 from agl_stream_processors.analytics.saved import SavedQuery, SavedQueryError, load_saved_queries
 from agl_stream_processors.deploy_files import DEPLOY_DIR
@@ -66,14 +66,18 @@ def _panel(panel_id: int, query: SavedQuery, x: int, y: int) -> dict[str, Any]:
 
 
 def placed_queries(queries: dict[str, SavedQuery], sections: tuple[Section, ...] = SECTIONS) -> list[tuple[Section, list[SavedQuery]]]:
-    """The saved queries of each section; every saved query must be placed exactly once."""
+    """The saved queries of each section: every saved query is one panel, and one the layout does not
+    name yet goes to a last section, "More panels", so a new saved query shows up without more work."""
     placed = [name for section in sections for name in section.panels]
     unknown = [n for n in placed if n not in queries]
     twice = sorted({n for n in placed if placed.count(n) > 1})
-    unplaced = [n for n in queries if n not in placed]
-    if unknown or twice or unplaced:
-        raise SavedQueryError(f"dashboard layout: unknown {unknown}, placed twice {twice}, not placed {unplaced}")
-    return [(section, [queries[n] for n in section.panels]) for section in sections]
+    if unknown or twice:
+        raise SavedQueryError(f"dashboard layout: unknown saved queries {unknown}, placed twice {twice}")
+    out = [(section, [queries[n] for n in section.panels]) for section in sections]
+    unplaced = tuple(n for n in queries if n not in placed)
+    if unplaced:
+        out.append((Section(MORE, "More panels", unplaced), [queries[n] for n in unplaced]))
+    return out
 
 
 def build_dashboard(queries: Optional[dict[str, SavedQuery]] = None) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Which panels the dashboards show, grouped in sections: one layout for Grafana and ``agl-stream dashboard``.
 
-Every saved query is one panel, placed in exactly one section; Grafana draws a section as a row,
-the local page as a group of panels (its tabs show several sections). The rollout section's panels
-take the ``rollout_id`` dashboard variable.
+Every saved query is one panel in exactly one section; Grafana draws a section as a row, the local
+page as a group of panels (its tabs show several sections). A saved query this layout does not
+name lands in a last section, ``more``. The rollout section's panels take the ``rollout_id``
+dashboard variable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ class Section:
     title: str
     panels: tuple[str, ...]  # saved query names, in display order
 
+
+MORE = "more"  # the section of saved queries not placed below
 
 SECTIONS: tuple[Section, ...] = (
     Section("overview", "Run overview",

@@ -21,8 +21,8 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from agl_stream_processors.analytics.grafana import build_dashboard
-from agl_stream_processors.analytics.layout import SECTIONS
+from agl_stream_processors.analytics.grafana import build_dashboard, placed_queries
+from agl_stream_processors.analytics.saved import load_saved_queries
 from agl_stream_processors.analytics.macros import MacroError, expand, variables_of
 from agl_stream_processors.clickhouse.reader import EngineUnavailable
 from agl_stream_processors.dashboard.source import DataSource, query
@@ -54,7 +54,8 @@ def panel_catalog() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
             "sql": target["rawSql"],
             "variables": variables_of(target["rawSql"]),
         }
-    sections = [{"key": s.key, "title": s.title, "panels": [by_name[n] for n in s.panels]} for s in SECTIONS]
+    sections = [{"key": s.key, "title": s.title, "panels": [by_name[q.name] for q in members]}
+                for s, members in placed_queries(load_saved_queries())]  # fmt: skip
     return sections, by_name
 
 

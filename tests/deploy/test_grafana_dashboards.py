@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -56,8 +57,10 @@ def test_every_saved_query_is_one_panel_of_one_section() -> None:
     queries = load_saved_queries()
     placed = [name for _section, members in placed_queries(queries) for name in (q.name for q in members)]
     assert sorted(placed) == sorted(queries)
-    with pytest.raises(SavedQueryError, match="not placed"):
-        placed_queries({**queries, "extra": queries["workers"]})
+    extra = placed_queries({**queries, "extra": dataclasses.replace(queries["workers"], name="extra")})
+    assert extra[-1][0].key == "more" and [q.name for q in extra[-1][1]] == ["extra"]  # a new query still shows up
+    with pytest.raises(SavedQueryError, match="unknown saved queries"):
+        placed_queries({k: v for k, v in queries.items() if k != "workers"})
 
 
 def test_provisioning_points_at_the_plugin_and_the_dashboards() -> None:

@@ -6,7 +6,7 @@
   const TABS = [
     { key: "overview", title: "Overview", sections: ["overview", "rewards"] },
     { key: "training", title: "Training", sections: ["training"] },
-    { key: "rollouts", title: "Rollouts", sections: ["rollouts", "data"] },
+    { key: "rollouts", title: "Rollouts", sections: ["rollouts", "data", "more"] },
   ];
   const STATUS_COLORS = {
     succeeded: "#34d399", failed: "#f87171", running: "#60a5fa", preparing: "#22d3ee",
