@@ -1,8 +1,8 @@
 """``Trainer``: upstream's facade - point it at an agent and datasets and it runs the whole job.
 
 ``fit`` starts what is not already running (local broker, topics, stream processors with the
-embedded ClickHouse, runner processes), runs the algorithm in this process, and tears everything
-down at the end. Against a cluster (``AGL_KAFKA_BOOTSTRAP`` set) it starts only its own role:
+embedded ClickHouse, runner processes, the dashboard), runs the algorithm in this process with a
+live progress display, and tears everything down at the end. Against a cluster (``AGL_KAFKA_BOOTSTRAP`` set) it starts only its own role:
 ``AGL_CURRENT_ROLE=runner`` runs runners until stopped, ``algorithm`` runs the algorithm only,
 ``both`` (default) does both. Ctrl+C stops everything gracefully; if one part crashes, the rest is
 stopped and the error says which part and why.
@@ -26,6 +26,7 @@ from agl_stream.client import StoreClient
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.execution.process import ServiceCrashed
+from agl_stream.execution.progress import FitProgress
 from agl_stream.litagent import FunctionalLitAgent, LitAgent
 from agl_stream.types import NamedResources
 
@@ -67,9 +68,11 @@ class Trainer:
         max_rollouts: Optional[int] = None,
         settings: Optional[Settings] = None,
         log_dir: Optional[Path] = None,
+        dashboard: bool = True,
     ) -> None:
         """``adapter`` is the processors' adapter spec (e.g. ``"tracer:agent_match=write"``);
-        ``tracer`` picks the runners' span export (``"kafka"`` or ``"otlp"``)."""
+        ``tracer`` picks the runners' span export (``"kafka"`` or ``"otlp"``); ``dashboard`` serves
+        ``agl-stream dashboard`` while the job runs (its URL is printed)."""
         if n_runners < 1 or runner_concurrency < 1:
             raise ValueError("n_runners and runner_concurrency must be >= 1")
         self.algorithm_spec = algorithm
@@ -81,6 +84,7 @@ class Trainer:
         self.max_rollouts = max_rollouts
         self.settings = settings
         self.log_dir = log_dir
+        self.dashboard = dashboard
 
     # ---------------------------------------------------------------- public API
 
@@ -118,10 +122,13 @@ class Trainer:
             if role == "runner":
                 await self._supervise(stack, None, stop)
                 return None
+            dashboard_url = await stack.start_dashboard() if self.dashboard else None
             async with StoreClient(settings) as client:
                 algorithm.bind(settings, client, initial_resources=self.initial_resources, adapter=self.adapter)
-                task = asyncio.create_task(algorithm.run(train, val), name="algorithm")
-                return await self._supervise(stack, task, stop)
+                # the live display (learner step, rollouts, ETA) instead of log lines, which go to trainer.log
+                async with FitProgress(settings, dashboard_url=dashboard_url, log_file=stack.log_dir / "trainer.log"):
+                    task = asyncio.create_task(algorithm.run(train, val), name="algorithm")
+                    return await self._supervise(stack, task, stop)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
