@@ -65,14 +65,29 @@
     };
   }
 
+  function donut(rows, total) {
+    const r = 52, c = 2 * Math.PI * r;
+    let offset = 0;
+    const arcs = rows.map((row) => {
+      const len = (row.rollouts / total) * c;
+      const arc = `<circle r="${r}" cx="64" cy="64" fill="none" stroke="${STATUS_COLORS[row.status] || "#94a3b8"}" stroke-width="14"
+        stroke-dasharray="${len} ${c - len}" stroke-dashoffset="${-offset}" transform="rotate(-90 64 64)"><title>${esc(row.status)}: ${row.rollouts}</title></circle>`;
+      offset += len;
+      return arc;
+    }).join("");
+    return `<svg class="donut" viewBox="0 0 128 128" width="132" height="132"><circle r="${r}" cx="64" cy="64" fill="none" stroke="#1b2130" stroke-width="14"/>${arcs}
+      <text x="64" y="62" text-anchor="middle" class="donut-total">${fmt.int(total)}</text><text x="64" y="80" text-anchor="middle" class="donut-label">rollouts</text></svg>`;
+  }
+
   function statusBars(body, res) {
     const rows = rowsOf(res);
     if (!rows.length) return empty(body, "No rollouts yet");
     const max = Math.max(...rows.map((r) => r.rollouts));
-    body.innerHTML = `<div class="bars">${rows.map((r) => `
+    const total = rows.reduce((n, r) => n + r.rollouts, 0);
+    body.innerHTML = `<div class="outcomes">${donut(rows, total)}<div class="bars">${rows.map((r) => `
       <div class="bar-row"><div>${badge(r.status)}</div>
         <div class="bar-track"><div class="bar-fill" style="width:${(100 * r.rollouts) / max}%;background:${STATUS_COLORS[r.status] || "#94a3b8"}"></div></div>
-        <div class="bar-value"><b>${fmt.int(r.rollouts)}</b> · ${fmt.pct(r.share)}${r.retried ? ` · ${fmt.int(r.retried)} retried` : ""}</div></div>`).join("")}</div>`;
+        <div class="bar-value"><b>${fmt.int(r.rollouts)}</b> · ${fmt.pct(r.share)}${r.retried ? ` · ${fmt.int(r.retried)} retried` : ""}</div></div>`).join("")}</div></div>`;
   }
 
   function lines(series, opts = {}) {
