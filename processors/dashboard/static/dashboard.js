@@ -242,9 +242,17 @@
     select(pick);
   }
 
+  function shortValue(v) {
+    const text = String(v ?? "");
+    if (text.length <= 240) return esc(text);
+    const list = text.startsWith("[") ? (() => { try { return JSON.parse(text); } catch (e) { return null; } })() : null;
+    const note = Array.isArray(list) ? `${list.length} values` : `${text.length} characters`;
+    return `${esc(text.slice(0, 200))}<span class="more">… (${note})</span>`;
+  }
+
   function spanCard(card, s, t0) {
     const kv = (entries) => entries.length
-      ? `<div class="kv">${entries.map(([k, v]) => `<div class="k">${esc(k)}</div><div class="v">${esc(v)}</div>`).join("")}</div>`
+      ? `<div class="kv">${entries.map(([k, v]) => `<div class="k">${esc(k)}</div><div class="v" title="${esc(String(v ?? "").slice(0, 2000))}">${shortValue(v)}</div>`).join("")}</div>`
       : `<div class="empty" style="padding:6px 0;text-align:left">none</div>`;
     const attrs = (s.tags || []).map((t) => [t.key, t.value]).sort((a, b) => a[0].localeCompare(b[0]));
     const resource = (s.serviceTags || []).map((t) => [t.key, t.value]).sort((a, b) => a[0].localeCompare(b[0]));
