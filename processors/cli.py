@@ -182,7 +182,8 @@ def sql(
         try:
             columns, rows = ch.query_rows(query or "", parameters or None)
         except ClickHouseError as exc:
-            _fail(" ".join(str(exc).split()), code=1)
+            hint = " (nothing was written here yet: check --dsn / AGL_DATA_DIR)" if getattr(exc, "code", None) == 81 else ""
+            _fail(" ".join(str(exc).split()) + hint, code=1)
     _print(columns, rows, fmt, title)
 
 

@@ -38,9 +38,9 @@ from agl_stream.trainer import Trainer  # noqa: E402
 from examples.demo import load, trainer_config  # noqa: E402
 
 SHOTS = {  # file -> (view, window height)
-    "dashboard-overview.png": ("#/overview", 1640),
-    "dashboard-training.png": ("#/training", 900),
-    "dashboard-rollout.png": ("#/rollout/{rollout_id}", 1500),
+    "dashboard-overview.png": ("#/overview", 1400),
+    "dashboard-training.png": ("#/training", 880),
+    "dashboard-rollout.png": ("#/rollout/{rollout_id}", 1140),
 }
 
 
@@ -78,24 +78,30 @@ def pick_rollout(http: httpx.Client) -> Optional[str]:
     return max(candidates, key=lambda r: (r["spans"], r["final_reward"]))["rollout_id"] if candidates else None
 
 
+def train(data_dir: Path, model: str, steps: int) -> None:
+    shutil.rmtree(data_dir, ignore_errors=True)
+    settings = Settings.from_env(env={}, data_dir=data_dir, partitions=2, kafka_session_timeout_ms=6000)
+    from agl_stream_trainer.rl import RL
+
+    trainer = Trainer(RL(trainer_config(steps, model), output_dir=data_dir / "run", eval_timeout=600),
+                      n_runners=1, runner_concurrency=16, settings=settings)  # fmt: skip
+    report = trainer.fit("examples.arithmetic.agent:arithmetic_agent", load("train"), load("val", 16))
+    print(json.dumps({"steps": report.get("steps"), "policy_version": report.get("policy_version")}), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", choices=("tiny", "smollm2"))
     parser.add_argument("--steps", type=int, default=12, help="learner steps of the run")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--data-dir", type=Path, default=ROOT / ".agl" / "screenshots")
+    parser.add_argument("--no-run", action="store_true", help="photograph what an earlier run of this script left in --data-dir")
     args = parser.parse_args()
     if shutil.which("chromium") is None:
         print("error: Debian's chromium is needed (apt-get install -y chromium)", file=sys.stderr)
         return 2
-    shutil.rmtree(args.data_dir, ignore_errors=True)
-    settings = Settings.from_env(env={}, data_dir=args.data_dir, partitions=2, kafka_session_timeout_ms=6000)
-    from agl_stream_trainer.rl import RL
-
-    trainer = Trainer(RL(trainer_config(args.steps, args.model), output_dir=args.data_dir / "run", eval_timeout=600),
-                      n_runners=1, runner_concurrency=16, settings=settings)  # fmt: skip
-    report = trainer.fit("examples.arithmetic.agent:arithmetic_agent", load("train"), load("val", 16))
-    print(json.dumps({"steps": report.get("steps"), "policy_version": report.get("policy_version")}), flush=True)
+    if not args.no_run:
+        train(args.data_dir, args.model, args.steps)
     # The run is over and its engine idle: the dashboard opens it directly (during a run it reads
     # through the processors' SQL door, as tests/processors/dashboard/test_live_run.py shows).
     token = secrets.token_urlsafe(12)

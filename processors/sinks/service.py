@@ -87,9 +87,7 @@ class SinkService:
             else:  # a server: the migrator job owns DDL; refuse to write into an outdated schema
                 await asyncio.to_thread(require_current, ch)
             if self.door_options is not None and ch.target.embedded:
-                from agl_stream_processors.clickhouse.door import SqlDoor  # needs fastapi/uvicorn: only when asked for
-
-                self.door = await SqlDoor(ch.target, self.door_options).start()
+                self.door = await self._open_door(ch)
             async with RecordProducer(self.settings) as dlq:
                 self.sinks = [Sink(spec, self.settings, ch, dlq, self.options) for spec in self.specs]
                 tasks = [asyncio.create_task(s.run(stop), name=f"sink-{s.name}") for s in self.sinks]
@@ -110,6 +108,16 @@ class SinkService:
                 self.door = None
             if self._owns_client:
                 await asyncio.to_thread(ch.close)
+
+    async def _open_door(self, ch: ClickHouse) -> Optional[Any]:
+        """The SQL door, or ``None`` (logged as an error): the sinks' job is writing, and they go on without it."""
+        try:
+            from agl_stream_processors.clickhouse.door import SqlDoor  # fastapi/uvicorn: only when a door is asked for
+
+            return await SqlDoor(ch.target, self.door_options or DoorOptions()).start()
+        except Exception as exc:
+            logger.error("SQL door not opened (local commands cannot read the engine while the sinks run): %r", exc)
+            return None
 
     async def _watch(
         self,

@@ -139,9 +139,9 @@ const Charts = (() => {
       const x = m.l + slot * i + (slot - bw) / 2;
       const y0 = Y(Math.max(0, ylo)), y1 = Y(v);
       const rect = el("rect", { x, y: Math.min(y0, y1), width: bw, height: Math.max(1, Math.abs(y0 - y1)), rx: 3, fill: opts.color || PALETTE[0], opacity: 0.9 }, svg);
-      el("title", {}, rect).textContent = `${opts.labelPrefix || ""}${opts.labels[i]}: ${(opts.valueFormat || compact)(opts.values[i])}`;
+      el("title", {}, rect).textContent = `${opts.labelPrefix || ""}${opts.labels[i]}: ${(opts.valueFormat || compact)(opts.values[i])}${opts.notes ? ` (${opts.notes[i]})` : ""}`;
       if (i % every === 0) el("text", { x: x + bw / 2, y: height - 7, "text-anchor": "middle" }, axis).textContent = `${opts.labelPrefix || ""}${opts.labels[i]}`;
-      if (vals.length <= 12) el("text", { x: x + bw / 2, y: Math.min(y0, y1) - 4, "text-anchor": "middle", fill: "#c9cfdc", "font-size": 10.5 }, svg).textContent = (opts.valueFormat || compact)(opts.values[i]);
+      if (vals.length <= 16) el("text", { x: x + bw / 2, y: Math.min(y0, y1) - 4, "text-anchor": "middle", fill: "#c9cfdc", "font-size": 10.5 }, svg).textContent = (opts.valueFormat || compact)(opts.values[i]);
     });
   }
 

@@ -96,10 +96,11 @@
       if (!rows.length) return empty(body, opts.empty || "No points in this range yet");
       const x = opts.x || "time";
       const last = rows[rows.length - 1];
-      body.innerHTML = `<div class="legend">${series.map((s, i) => `<span style="--c:${Charts.PALETTE[i]}">${esc(s.label || s.col)}<b>${(s.fmt || fmt.num)(last[s.col])}</b></span>`).join("")}</div><div class="plot"></div>`;
+      const plotted = series.filter((s) => !s.legendOnly);
+      body.innerHTML = `<div class="legend">${series.map((s, i) => `<span style="--c:${s.legendOnly ? "transparent" : Charts.PALETTE[plotted.indexOf(s)]}">${esc(s.label || s.col)}<b>${(s.fmt || fmt.num)(last[s.col])}</b></span>`).join("")}</div><div class="plot"></div>`;
       Charts.line(body.querySelector(".plot"), {
         xs: rows.map((r) => r[x]), xKind: x === "time" ? "time" : "number", xLabel: x,
-        series: series.map((s) => ({ name: s.label || s.col, ys: rows.map((r) => r[s.col]) })), height: opts.height || 190,
+        series: plotted.map((s) => ({ name: s.label || s.col, ys: rows.map((r) => r[s.col]) })), height: opts.height || 190,
       });
     };
   }
@@ -127,12 +128,14 @@
   function rewardColumns(body, res) {
     const rows = rowsOf(res);
     if (!rows.length) return empty(body, "No trajectories yet");
-    body.innerHTML = `<div class="plot"></div><div class="table-wrap" style="margin-top:8px;max-height:160px"></div>`;
+    const total = rows.reduce((n, r) => n + (r.trajectories || 0), 0);
+    body.innerHTML = `<div class="legend"><span style="--c:${Charts.PALETTE[0]}">mean final reward of the trajectories each policy version produced</span>
+      <span style="--c:transparent">trajectories<b>${fmt.int(total)}</b></span></div><div class="plot"></div>`;
     Charts.columns(body.querySelector(".plot"), {
       labels: rows.map((r) => r.policy_version ?? "–"), values: rows.map((r) => r.mean_final_reward), labelPrefix: "v",
-      valueFormat: (v) => fmt.num(v), height: 180,
+      notes: rows.map((r) => `${fmt.int(r.trajectories)} trajectories, reward ${fmt.num(r.min_final_reward)}–${fmt.num(r.max_final_reward)}`),
+      valueFormat: (v) => fmt.num(v), height: 214,
     });
-    table(["policy_version", "trajectories", "triplets", "mean_final_reward", "min_final_reward", "max_final_reward"])(body.querySelector(".table-wrap"), res, true);
   }
 
   function table(columns, options = {}) {
@@ -217,29 +220,27 @@
       };
       roots.sort(order).forEach((r) => walk(r, 0, "", true));
     }
-    const tickTimes = [0, 0.25, 0.5, 0.75, 1].map((f) => fmt.ms(f * total));
-    body.innerHTML = `<div class="trace"><div class="waterfall">
-        <div class="wf-head"><span>span · ${spans.length} in ${attempts.size} attempt${attempts.size > 1 ? "s" : ""}</span><span class="ticks">${tickTimes.map((t) => `<span>${t}</span>`).join("")}</span></div>
-        ${ordered.map((o, i) => o.attempt !== undefined
-          ? `<div class="wf-attempt">attempt <b>${esc(o.attempt)}</b> · ${o.count} spans</div>`
-          : `<div class="wf-row" data-i="${i}">
-              <div class="wf-name"><span class="twig">${esc(o.twig)}</span><span class="kind-dot" style="background:${kindColor(o.span.operationName, o.span.statusCode)}"></span>
-                <span class="label" title="${esc(o.span.operationName)}">${esc(o.span.operationName)}</span><span class="seq">#${o.span.sequenceId}</span></div>
-              <div class="wf-lane"><div class="wf-bar" style="left:${(100 * (o.span.startTime - t0)) / total}%;width:${Math.max(0.3, (100 * (o.span.duration || 0)) / total)}%;background:${kindColor(o.span.operationName, o.span.statusCode)}"></div>
-                <span class="wf-dur">${fmt.ms(o.span.duration)}</span></div></div>`).join("")}
-      </div><aside class="span-card" id="span-card"></aside></div>`;
-    const select = (i) => {
-      body.querySelectorAll(".wf-row.selected").forEach((r) => r.classList.remove("selected"));
-      const row = body.querySelector(`.wf-row[data-i="${i}"]`);
-      if (row) row.classList.add("selected");
-      state.selectedSpan = ordered[i].span.spanID;
-      spanCard(body.querySelector("#span-card"), ordered[i].span, t0);
+    if (!ordered.some((o) => o.span && o.span.spanID === state.selectedSpan)) {
+      const llm = ordered.find((o) => o.span && /chat\.completion|gen_ai|llm/i.test(o.span.operationName)) || ordered.find((o) => o.span);
+      state.selectedSpan = llm.span.spanID;
+    }
+    const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span>${fmt.ms(f * total)}</span>`).join("");
+    const row = (o, i) => {
+      const s = o.span, color = kindColor(s.operationName, s.statusCode), open = s.spanID === state.selectedSpan;
+      return `<div class="wf-row${open ? " selected" : ""}" data-span="${esc(s.spanID)}">
+          <div class="wf-name"><span class="twig">${esc(o.twig)}</span><span class="kind-dot" style="background:${color}"></span>
+            <span class="label" title="${esc(s.operationName)}">${esc(s.operationName)}</span><span class="seq">#${s.sequenceId}</span></div>
+          <div class="wf-lane"><div class="wf-bar" style="left:${(100 * (s.startTime - t0)) / total}%;width:${Math.max(0.3, (100 * (s.duration || 0)) / total)}%;background:${color}"></div>
+            <span class="wf-dur">${fmt.ms(s.duration)}</span></div></div>${open ? `<div class="wf-detail">${spanDetail(s, t0)}</div>` : ""}`;
     };
-    body.querySelectorAll(".wf-row").forEach((r) => r.addEventListener("click", () => select(+r.dataset.i)));
-    let pick = ordered.findIndex((o) => o.span && o.span.spanID === state.selectedSpan);
-    if (pick < 0) pick = ordered.findIndex((o) => o.span && /chat\.completion|gen_ai|llm/i.test(o.span.operationName));
-    if (pick < 0) pick = ordered.findIndex((o) => o.span);
-    select(pick);
+    body.innerHTML = `<div class="waterfall">
+        <div class="wf-head"><span>${spans.length} spans · ${attempts.size} attempt${attempts.size > 1 ? "s" : ""} · click a span for its attributes</span><span class="ticks">${ticks}</span></div>
+        ${ordered.map((o, i) => (o.attempt !== undefined ? `<div class="wf-attempt">attempt <b>${esc(o.attempt)}</b> · ${o.count} spans</div>` : row(o, i))).join("")}
+      </div>`;
+    body.querySelectorAll(".wf-row").forEach((r) => r.addEventListener("click", () => {
+      state.selectedSpan = state.selectedSpan === r.dataset.span ? "" : r.dataset.span;
+      spanTree(body, res);
+    }));
   }
 
   function shortValue(v) {
@@ -250,16 +251,16 @@
     return `${esc(text.slice(0, 200))}<span class="more">… (${note})</span>`;
   }
 
-  function spanCard(card, s, t0) {
+  function spanDetail(s, t0) {
     const kv = (entries) => entries.length
       ? `<div class="kv">${entries.map(([k, v]) => `<div class="k">${esc(k)}</div><div class="v" title="${esc(String(v ?? "").slice(0, 2000))}">${shortValue(v)}</div>`).join("")}</div>`
-      : `<div class="empty" style="padding:6px 0;text-align:left">none</div>`;
+      : `<div class="none">none</div>`;
     const attrs = (s.tags || []).map((t) => [t.key, t.value]).sort((a, b) => a[0].localeCompare(b[0]));
     const resource = (s.serviceTags || []).map((t) => [t.key, t.value]).sort((a, b) => a[0].localeCompare(b[0]));
-    card.innerHTML = `<h4>${esc(s.operationName)}</h4>
-      <div class="ids">span ${esc(s.spanID)}${s.parentSpanID ? ` · parent ${esc(s.parentSpanID)}` : ""}<br>trace ${esc(s.traceID)}</div>
-      ${kv([["sequence id", s.sequenceId], ["start", `+${fmt.ms(s.startTime - t0)}`], ["duration", fmt.ms(s.duration)],
-            ["status", s.statusCode + (s.statusMessage ? `: ${s.statusMessage}` : "")], ["kind", s.kind || "–"], ["attempt", s.attemptId]])}
+    const facts = [["span", s.spanID], ["parent", s.parentSpanID || "–"], ["trace", s.traceID], ["sequence id", s.sequenceId],
+      ["start", `+${fmt.ms(s.startTime - t0)}`], ["duration", fmt.ms(s.duration)],
+      ["status", s.statusCode + (s.statusMessage ? `: ${s.statusMessage}` : "")], ["kind", s.kind || "–"]];
+    return `<div class="facts-row">${facts.map(([k, v]) => `<span><em>${esc(k)}</em> ${esc(v)}</span>`).join("")}</div>
       <h5>Attributes · ${attrs.length}</h5>${kv(attrs)}<h5>Resource · ${resource.length}</h5>${kv(resource)}`;
   }
 
@@ -284,7 +285,8 @@
     stage_latency: { span: 6, render: latencyTable },
     dead_letters_by_reason: { span: 6, render: table(null, { empty: "No dead letters: every record was processed" }) },
     reward_by_policy_version: { span: 6, render: rewardColumns },
-    reward_over_time: { span: 6, render: lines([{ col: "mean_final_reward", label: "mean final reward" }, { col: "trajectories", label: "trajectories", fmt: fmt.int }]) },
+    reward_over_time: { span: 6, render: lines([{ col: "mean_final_reward", label: "mean final reward" },
+      { col: "trajectories", label: "trajectories in the last bucket", fmt: fmt.int, legendOnly: true }]) },
     reward_by_resources_version: { span: 12, render: table() },
     training_progress: { span: 12, render: multiples("step", [
       { col: "loss", label: "loss" }, { col: "reward_mean", label: "batch reward (mean)" }, { col: "kl", label: "KL" },
