@@ -53,15 +53,18 @@ def migrate_command(
     migrations_dir: Optional[Path] = typer.Option(None, "--migrations-dir", help="default: deploy/clickhouse/migrations"),
 ) -> None:
     """Apply pending schema migrations (idempotent: an up-to-date database is left alone)."""
-    from clickhouse_connect.driver.exceptions import ProgrammingError
-
-    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import ClickHouse, ClickHouseConfigError, parse_dsn
     from agl_stream_processors.clickhouse.migrations import MIGRATIONS_DIR, MigrationError, migrate
+    from agl_stream_processors.clickhouse.reader import EngineUnavailable, open_embedded
 
     try:
-        ch = connect(_dsn(dsn))
-    except ProgrammingError as exc:  # the embedded engine is owned by a running process: migrations need it idle
-        _fail(f"{' '.join(str(exc).split())} (stop the process that owns it, or migrate a server DSN)", code=1)
+        target = parse_dsn(_dsn(dsn))
+    except ClickHouseConfigError as exc:
+        _fail(str(exc))
+    try:  # migrations write: an embedded engine must be idle (its sinks apply them themselves when they start)
+        ch = open_embedded(target, owned_hint="and migrations need it idle; stop it first") if target.embedded else ClickHouse(target)
+    except EngineUnavailable as exc:
+        _fail(str(exc), code=1)
     with ch:
         try:
             applied = migrate(ch, migrations_dir or MIGRATIONS_DIR)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
-from agl_stream_processors.clickhouse.client import ClickHouse, parse_dsn
+from agl_stream_processors.clickhouse.client import ClickHouse, Target, parse_dsn
 from agl_stream_processors.clickhouse.door_file import DoorAddress, engine_directory, read_door_file
 
 
@@ -43,10 +43,18 @@ def open_reader(dsn: str, *, database: Optional[str] = None) -> ClickHouse:
     target = parse_dsn(dsn, database)
     if not target.embedded:
         return ClickHouse(target)
-    engine_dir = engine_directory(target.dsn)
-    door = read_door_file(engine_dir)
+    door = read_door_file(engine_directory(target.dsn))
     if door is not None:
         return _through_door(door, target.database)
+    return open_embedded(
+        target, owned_hint="which serves no SQL door; restart its processors without --no-sql-door, stop it, "
+        "or point --dsn at a ClickHouse server"
+    )  # fmt: skip
+
+
+def open_embedded(target: Target, *, owned_hint: str) -> ClickHouse:
+    """Open an embedded engine in this process, or raise :class:`EngineUnavailable` saying who owns it."""
+    engine_dir = engine_directory(target.dsn)
     with _engine_stderr() as engine_said:  # the engine prints why it cannot start; that goes into our one line
         try:
             return ClickHouse(target)
@@ -55,10 +63,7 @@ def open_reader(dsn: str, *, database: Optional[str] = None) -> ClickHouse:
     if "Another server instance" in reason or "Cannot lock file" in reason:
         pid = _owner_pid(engine_dir)
         owner = f"process {pid}" if pid else "another process"
-        raise EngineUnavailable(
-            f"the embedded ClickHouse at {engine_dir} is owned by {owner}, which serves no SQL door; "
-            "restart its processors without --no-sql-door, stop it, or point --dsn at a ClickHouse server"
-        )
+        raise EngineUnavailable(f"the embedded ClickHouse at {engine_dir} is owned by {owner}, {owned_hint}")
     raise EngineUnavailable(f"cannot open the embedded ClickHouse at {engine_dir}: {reason}")
 
 

@@ -138,3 +138,6 @@ def test_an_owned_engine_without_a_door_is_one_clear_line(owner: str) -> None:
     assert line.startswith("error: the embedded ClickHouse at ") and "is owned by process " in line and "no SQL door" in line
     with pytest.raises(EngineUnavailable, match="serves no SQL door"):
         open_reader(owner)
+    migrate_owned = agl("clickhouse", "migrate", "--dsn", owner)
+    assert migrate_owned.returncode == 1 and "Traceback" not in migrate_owned.stderr
+    assert migrate_owned.stderr.strip().splitlines() == [migrate_owned.stderr.strip()] and "need it idle" in migrate_owned.stderr
