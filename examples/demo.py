@@ -13,7 +13,9 @@ eyeballed: the same held-out
 validation questions are answered before and after training, and the paired difference is
 reported with a bootstrap confidence interval and a sign test.
 
-At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
+While it runs: a live panel (learner step, policy version, batch reward, rollouts and their rate,
+ETA) and the address of ``agl-stream dashboard``; the learner's steps reach ClickHouse as they
+happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
 validation before/after). Environment knobs: ``AGL_DEMO_STEPS`` (default 30), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, default 64).
 """
