@@ -95,3 +95,31 @@ def test_an_owned_engine_is_a_503_with_the_reason(settings: Settings) -> None:
         assert owner.stdin is not None
         owner.stdin.close()
         owner.wait(30)
+
+
+async def test_a_server_dsn_works_the_same(settings: Settings) -> None:
+    """An http(s):// DSN goes through clickhouse-connect's HTTP transport; the SQL door speaks that protocol,
+    so it stands in for a ClickHouse server here (a real server runs with AGL_TEST_CLICKHOUSE_URL)."""
+    import asyncio
+
+    from agl_stream_processors.clickhouse import connect, migrate
+    from agl_stream_processors.clickhouse.door import SqlDoor
+
+    writer = connect(settings.effective_clickhouse_dsn)
+    migrate(writer)
+    populate(writer)
+    door = await SqlDoor(writer.target).start()
+    try:
+        assert door.address is not None
+        source = DataSource(door.address.dsn())
+        client = TestClient(create_app(source, TOKEN))
+        answer = await asyncio.to_thread(
+            client.get, "/api/panels", headers=BEARER, params={"names": "rollout_rates,rollout_spans", "rollout_id": "ro-000000000001"}
+        )
+        body = answer.json()
+        assert body["source"]["kind"] == "server" and "agl:" not in body["source"]["where"]  # no credentials shown
+        assert body["panels"]["rollout_rates"]["rows"][0][:2] == [6, 1] and len(body["panels"]["rollout_spans"]["rows"]) == 3
+        source.close()
+    finally:
+        await door.stop()
+        writer.close()
