@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench scaling chaos setup constraints golden clean
+.PHONY: demo test bench scaling chaos setup browser screenshots constraints golden clean
 
 setup: $(STAMP)
 
@@ -31,8 +31,20 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 demo: setup
 	$(BIN)/python -m examples.demo
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Debian's chromium renders the dashboard in the tests (headless). Installed when missing and this
+# runs as root with apt (CI); elsewhere the browser test is skipped with the reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing (apt-get install chromium): the dashboard browser test will be skipped"; fi; }
+
+# docs/img/dashboard-*.png from a short real training run (MODEL=tiny|smollm2, STEPS=N)
+screenshots: setup browser
+	$(BIN)/python docs/img/dashboard_screenshots.py --model $(or $(MODEL),smollm2) --steps $(or $(STEPS),12)
 
 bench: setup
 	$(BIN)/python tests/benchmarks/run_all.py

@@ -30,5 +30,6 @@ setup(
         "agl_stream_deploy": ["clickhouse/*.md", "clickhouse/migrations/*.sql", "clickhouse/queries/*.sql",
                               "grafana/dashboards/*.json", "grafana/provisioning/**/*"],
         "agl_stream_trainer": ["*.yaml"],
+        "agl_stream_processors": ["dashboard/static/*"],
     },
 )

@@ -24,6 +24,7 @@ from agl_stream.types import (
     RolloutControl,
     RolloutSnapshot,
     Span,
+    TrainingStep,
     Trajectory,
     Worker,
 )
@@ -44,6 +45,7 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Trajectory: "trajectory",
     Worker: "worker",
     DeadLetter: "dead_letter",
+    TrainingStep: "training_step",
 }
 MODELS_BY_SCHEMA: dict[str, type[BaseModel]] = {name: model for model, name in SCHEMAS.items()}
 

@@ -1,8 +1,8 @@
 """``Trainer``: upstream's facade - point it at an agent and datasets and it runs the whole job.
 
 ``fit`` starts what is not already running (local broker, topics, stream processors with the
-embedded ClickHouse, runner processes), runs the algorithm in this process, and tears everything
-down at the end. Against a cluster (``AGL_KAFKA_BOOTSTRAP`` set) it starts only its own role:
+embedded ClickHouse, runner processes, the dashboard), runs the algorithm in this process with a
+live progress display, and tears everything down at the end. Against a cluster (``AGL_KAFKA_BOOTSTRAP`` set) it starts only its own role:
 ``AGL_CURRENT_ROLE=runner`` runs runners until stopped, ``algorithm`` runs the algorithm only,
 ``both`` (default) does both. Ctrl+C stops everything gracefully; if one part crashes, the rest is
 stopped and the error says which part and why.
@@ -31,6 +31,7 @@ from agl_stream.config import Settings
 from agl_stream.execution.components import write_components
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.execution.process import ServiceCrashed
+from agl_stream.execution.progress import FitProgress
 from agl_stream.litagent import FunctionalLitAgent, LitAgent
 from agl_stream.runner.hooks import Hook
 from agl_stream.tracer.base import Tracer
@@ -126,6 +127,7 @@ class Trainer:
         runner_concurrency: int = 1,
         settings: Optional[Settings] = None,
         log_dir: Optional[Path] = None,
+        dashboard: bool = True,
     ) -> None:
         """Upstream's arguments, with the same meaning where agl-stream has the part:
 
@@ -142,7 +144,8 @@ class Trainer:
         Upstream's ``store``, ``runner`` and ``llm_proxy`` components have no counterpart (topics
         replace the store; the runner is a service process; the LLM proxy is ``agl-stream ingest
         proxy``): passing one is an error that says so. agl-stream's own: ``runner_concurrency``
-        (attempts at once per runner process), ``settings``, ``log_dir``.
+        (attempts at once per runner process), ``settings``, ``log_dir``, ``dashboard`` (serve
+        ``agl-stream dashboard`` while the job runs and print its URL).
         """
         if dev:
             warnings.warn("Trainer(dev=True) is deprecated; use Trainer.dev(...)", DeprecationWarning, stacklevel=2)
@@ -181,6 +184,7 @@ class Trainer:
         self.initial_resources = initial_resources
         self.settings = settings
         self.log_dir = log_dir
+        self.dashboard = dashboard
 
     # ---------------------------------------------------------------- public API
 
@@ -258,14 +262,17 @@ class Trainer:
             if role == "runner":
                 await self._supervise(stack, None, stop)
                 return None
+            dashboard_url = await stack.start_dashboard() if self.dashboard else None
             async with StoreClient(settings) as client:
                 algorithm.set_trainer(self)
                 algorithm.bind(settings, client, initial_resources=self.initial_resources, adapter=self.adapter)
-                if algorithm.is_async():
-                    task = asyncio.create_task(algorithm.run(train, val), name="algorithm")
-                else:  # upstream allows a sync run(); keep it off the event loop
-                    task = asyncio.create_task(asyncio.to_thread(algorithm.run, train, val), name="algorithm")
-                return await self._supervise(stack, task, stop)
+                # the live display (learner step, rollouts, ETA) instead of log lines, which go to trainer.log
+                async with FitProgress(settings, dashboard_url=dashboard_url, log_file=stack.log_dir / "trainer.log"):
+                    if algorithm.is_async():
+                        task = asyncio.create_task(algorithm.run(train, val), name="algorithm")
+                    else:  # upstream allows a sync run(); keep it off the event loop
+                        task = asyncio.create_task(asyncio.to_thread(algorithm.run, train, val), name="algorithm")
+                    return await self._supervise(stack, task, stop)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)

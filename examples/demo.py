@@ -13,7 +13,9 @@ eyeballed: the same held-out
 validation questions are answered before and after training, and the paired difference is
 reported with a bootstrap confidence interval and a sign test.
 
-At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
+While it runs: a live panel (learner step, policy version, batch reward, rollouts and their rate,
+ETA) and the address of ``agl-stream dashboard``; the learner's steps reach ClickHouse as they
+happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
 validation before/after). Environment knobs: ``AGL_DEMO_STEPS`` (default 30), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, default 64).
 """
@@ -62,20 +64,6 @@ def trainer_config(steps: int, model: str) -> dict[str, Any]:
     }
 
 
-def load_steps_into_clickhouse(settings: Settings, steps_file: Path) -> int:
-    """The learner wrote its steps to a file while the sinks owned the embedded ClickHouse."""
-    from agl_stream_trainer.metrics import ClickHouseSink, read_jsonl_metrics
-
-    sink = ClickHouseSink(settings.effective_clickhouse_dsn, "demo")
-    try:
-        rows = read_jsonl_metrics(steps_file) if steps_file.exists() else []
-        for row in rows:
-            sink.write(row)
-    finally:
-        sink.close()
-    return len(rows)
-
-
 def summarize(settings: Settings) -> dict[str, list[dict[str, Any]]]:
     from agl_stream_processors.clickhouse import connect
 
@@ -94,6 +82,9 @@ def summarize(settings: Settings) -> dict[str, list[dict[str, Any]]]:
                    round(avg(TokensPerSecond), 1) AS learner_tokens_per_s, round(avg(PublishSeconds), 3) AS publish_s
             FROM training_steps FINAL WHERE RunId = 'demo'""",
         "dead letters": "SELECT count() AS dead_letters FROM dead_letters FINAL",
+        # what the plot draws: the learner's steps arrived over agl.training_steps while it trained
+        "steps": "SELECT Step AS step, RewardMean AS reward_mean, Loss AS loss FROM training_steps FINAL "
+                 "WHERE RunId = 'demo' ORDER BY Step",
     }
     ch = connect(settings.effective_clickhouse_dsn)
     try:
@@ -116,19 +107,17 @@ def show(title: str, rows: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def plot(steps_file: Path, report: dict[str, Any], path: Path) -> None:
+def plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> None:
+    """Reward and loss per step (the ``training_steps`` rows the learner's records became), validation before/after."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agl_stream_trainer.metrics import read_jsonl_metrics
-
-    steps = read_jsonl_metrics(steps_file)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].plot([s.step for s in steps], [s.reward_mean for s in steps], marker=".", label="batch reward (mean)")
+    axes[0].plot([s["step"] for s in steps], [s["reward_mean"] for s in steps], marker=".", label="batch reward (mean)")
     axes[0].set(xlabel="learner step", ylabel="reward", title="training reward per step")
-    axes[1].plot([s.step for s in steps], [s.loss for s in steps], color="tab:red", marker=".")
+    axes[1].plot([s["step"] for s in steps], [s["loss"] for s in steps], color="tab:red", marker=".")
     axes[1].set(xlabel="learner step", ylabel="loss", title="policy loss per step")
     val = report.get("validation")
     if val:
@@ -166,13 +155,13 @@ def main() -> int:
     report = trainer.fit("examples.arithmetic.agent:arithmetic_agent", train, val)
     elapsed = time.monotonic() - started
 
-    steps_file = Path(report["metrics_file"])
-    loaded = load_steps_into_clickhouse(settings, steps_file)
     console.rule("[bold]results (from ClickHouse SQL)")
-    for title, rows in summarize(settings).items():
+    summary = summarize(settings)
+    steps_rows = summary.pop("steps")
+    for title, rows in summary.items():
         show(title, rows)
     png = ROOT / "reports" / "demo.png"
-    plot(steps_file, report, png)
+    plot(steps_rows, report, png)
     val_report = report.get("validation")
     console.rule("[bold]held-out validation")
     if val_report:
@@ -184,7 +173,7 @@ def main() -> int:
         )
         verdict = "[green]improvement beyond noise" if val_report["significant"] else "[yellow]no improvement beyond noise"
         console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']})")
-    console.print(f"{loaded} training steps in ClickHouse; plot: {png}; finished in {elapsed / 60:.1f} min")
+    console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; finished in {elapsed / 60:.1f} min")
     return 0
 
 

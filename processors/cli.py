@@ -33,6 +33,17 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _reader(dsn: str) -> Any:
+    """A read client (through a running SQL door when another process owns the embedded engine), or one error line."""
+    from agl_stream_processors.clickhouse.client import ClickHouseConfigError
+    from agl_stream_processors.clickhouse.reader import EngineUnavailable, open_reader
+
+    try:
+        return open_reader(dsn)
+    except (EngineUnavailable, ClickHouseConfigError) as exc:
+        _fail(str(exc), code=1)
+
+
 # ---------------------------------------------------------------------------------------------- clickhouse
 
 
@@ -42,10 +53,19 @@ def migrate_command(
     migrations_dir: Optional[Path] = typer.Option(None, "--migrations-dir", help="default: deploy/clickhouse/migrations"),
 ) -> None:
     """Apply pending schema migrations (idempotent: an up-to-date database is left alone)."""
-    from agl_stream_processors.clickhouse import connect
+    from agl_stream_processors.clickhouse import ClickHouse, ClickHouseConfigError, parse_dsn
     from agl_stream_processors.clickhouse.migrations import MIGRATIONS_DIR, MigrationError, migrate
+    from agl_stream_processors.clickhouse.reader import EngineUnavailable, open_embedded
 
-    with connect(_dsn(dsn)) as ch:
+    try:
+        target = parse_dsn(_dsn(dsn))
+    except ClickHouseConfigError as exc:
+        _fail(str(exc))
+    try:  # migrations write: an embedded engine must be idle (its sinks apply them themselves when they start)
+        ch = open_embedded(target, owned_hint="and migrations need it idle; stop it first") if target.embedded else ClickHouse(target)
+    except EngineUnavailable as exc:
+        _fail(str(exc), code=1)
+    with ch:
         try:
             applied = migrate(ch, migrations_dir or MIGRATIONS_DIR)
         except MigrationError as exc:
@@ -59,10 +79,9 @@ def migrate_command(
 @clickhouse.command("status")
 def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP)) -> None:
     """Show applied and pending migrations and the row count of every table."""
-    from agl_stream_processors.clickhouse import connect
     from agl_stream_processors.clickhouse.migrations import applied, load_migrations
 
-    with connect(_dsn(dsn)) as ch:
+    with _reader(_dsn(dsn)) as ch:
         done = applied(ch)
         for m in load_migrations():
             typer.echo(f"{m.version:04d}_{m.name}: {'applied' if m.version in done else 'PENDING'}")
@@ -76,7 +95,7 @@ def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HEL
 @clickhouse.command("sink")
 def sink_command(
     names: Optional[list[str]] = typer.Argument(
-        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq"
+        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps"
     ),
     batch_size: int = typer.Option(5000, "--batch-size", min=1, help="records per insert"),
     max_wait: float = typer.Option(0.5, "--max-wait", min=0.01, help="seconds a batch may wait to fill"),
@@ -85,6 +104,9 @@ def sink_command(
     apply_migrations: Optional[bool] = typer.Option(
         None, "--migrate/--no-migrate", help="apply pending migrations first (default: only with the embedded engine)"
     ),
+    sql_door: bool = typer.Option(True, "--sql-door/--no-sql-door", help="embedded engine: serve read-only SQL to local commands"),
+    sql_door_host: str = typer.Option("127.0.0.1", envvar="AGL_SQL_DOOR_HOST", help="address of the SQL door"),
+    sql_door_port: int = typer.Option(0, envvar="AGL_SQL_DOOR_PORT", min=0, max=65535, help="port of the SQL door (0: a free one)"),
 ) -> None:
     """Run the Kafka -> ClickHouse sinks in this process (one shared client; Ctrl+C stops gracefully).
 
@@ -100,9 +122,12 @@ def sink_command(
         resolve(names)
     except KeyError as exc:
         _fail(str(exc.args[0]))
+    from agl_stream_processors.clickhouse.door_file import DoorOptions
+
     service = SinkService(
-        settings, names, options=SinkOptions(batch_size=batch_size, max_wait=max_wait), apply_migrations=apply_migrations
-    )
+        settings, names, options=SinkOptions(batch_size=batch_size, max_wait=max_wait), apply_migrations=apply_migrations,
+        door=DoorOptions(host=sql_door_host, port=sql_door_port) if sql_door else None,
+    )  # fmt: skip
 
     def report(_stats: Any) -> None:
         typer.echo(json.dumps({"health": service.health()}))
@@ -120,9 +145,16 @@ def sql(
     saved: Optional[str] = typer.Option(None, "--saved", "-s", help="run a saved query by name"),
     list_saved: bool = typer.Option(False, "--list", "-l", help="list the saved queries"),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json (JSON Lines)"),
+    param: Optional[list[str]] = typer.Option(
+        None, "--param", "-p", help="NAME=VALUE for a {NAME:Type} query parameter (repeatable)"
+    ),
     dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HELP),
 ) -> None:
-    """Run SQL (or a saved query) against the agl tables and print a table, CSV or JSON."""
+    """Run SQL (or a saved query) against the agl tables and print a table, CSV or JSON.
+
+    While a local run owns the embedded engine, the query goes through the processors' read-only
+    SQL door (found next to the engine's directory); writes are refused there.
+    """
     from agl_stream_processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
     from agl_stream_processors.analytics.output import FORMATS
 
@@ -141,15 +173,20 @@ def sql(
         except SavedQueryError as exc:
             _fail(str(exc))
         query, title = saved_query.sql, saved_query.title
+    parameters: dict[str, str] = {}
+    for item in param or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            _fail(f"--param {item!r} is not NAME=VALUE")
+        parameters[name] = value
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
-    from agl_stream_processors.clickhouse import connect
-
-    with connect(_dsn(dsn)) as ch:
+    with _reader(_dsn(dsn)) as ch:
         try:
-            columns, rows = ch.query_rows(query or "")
+            columns, rows = ch.query_rows(query or "", parameters or None)
         except ClickHouseError as exc:
-            _fail(str(exc).strip(), code=1)
+            hint = " (nothing was written here yet: check --dsn / AGL_DATA_DIR)" if getattr(exc, "code", None) == 81 else ""
+            _fail(" ".join(str(exc).split()) + hint, code=1)
     _print(columns, rows, fmt, title)
 
 
@@ -188,8 +225,11 @@ def replay(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="adapt and report, write nothing"),
 ) -> None:
-    """Re-derive triplets from stored spans with another adapter configuration."""
-    from agl_stream_processors.clickhouse import connect
+    """Re-derive triplets from stored spans with another adapter configuration.
+
+    While a local run owns the embedded engine, spans are read through the processors' read-only
+    SQL door: replay then works with --dry-run or --to-topic, not into the triplets table.
+    """
     from agl_stream_processors.replay import (
         ReplayError,
         ReplayReport,
@@ -220,7 +260,13 @@ def replay(
     tag = label or adapter + "".join(f",{k}={json.dumps(v)}" for k, v in sorted(options.items()))
     report = ReplayReport(tag)
     settings = Settings.from_env()
-    with connect(source or settings.effective_clickhouse_dsn) as ch:
+    with _reader(source or settings.effective_clickhouse_dsn) as ch:
+        if ch.door is not None and not (dry_run or to_topic):
+            _fail(
+                f"process {ch.door.pid} owns the embedded ClickHouse and its SQL door is read-only: replay with "
+                "--dry-run or --to-topic NAME while it runs, or into the table once it stopped",
+                code=1,
+            )
         try:
             trajectories = list(run_replay(ch, fn, label=tag, selection=selection, report=report))
         except ReplayError as exc:

@@ -78,7 +78,9 @@ def sinks_app(settings: Settings, options: Mapping[str, Any]) -> ProcessorApp:
     from agl_stream_processors.sinks.sink import SinkOptions
 
     batch_size = options.get("sink_batch_size")
-    service = SinkService(settings, options=SinkOptions(batch_size=batch_size) if batch_size else SinkOptions())
+    service = SinkService(
+        settings, options=SinkOptions(batch_size=batch_size) if batch_size else SinkOptions(), door=options.get("sql_door")
+    )
     service.name = "sinks"  # type: ignore[attr-defined]
     return service  # type: ignore[return-value]
 

@@ -40,8 +40,14 @@ def processors(
     one_process: bool = typer.Option(
         False, "--one-process", help="run several apps in this one process instead of one child process each"
     ),
+    sql_door: bool = typer.Option(
+        True, "--sql-door/--no-sql-door", help="sinks on the embedded engine: serve read-only SQL to local commands"
+    ),
+    sql_door_host: str = typer.Option("127.0.0.1", envvar="AGL_SQL_DOOR_HOST", help="address of the SQL door"),
+    sql_door_port: int = typer.Option(0, envvar="AGL_SQL_DOOR_PORT", min=0, max=65535, help="port of the SQL door (0: a free one)"),
 ) -> None:
     from agl_stream.adapter import build_adapter
+    from agl_stream_processors.clickhouse.door_file import DoorOptions
     from agl_stream_processors.service import REGISTRY, ProcessorService, resolve
 
     if list_apps:
@@ -69,11 +75,15 @@ def processors(
         "orphan_seconds": orphan_seconds,
         "retention_seconds": retention_seconds,
         "sink_batch_size": sink_batch_size,
+        # the token comes from AGL_SQL_DOOR_TOKEN or is random; either way it is in the door file (0600)
+        "sql_door": DoorOptions(host=sql_door_host, port=sql_door_port) if sql_door else None,
     }
 
     if len(selected) > 1 and not one_process:
         forwarded = _forwarded_options(adapter, components, grace_seconds, orphan_seconds, retention_seconds,
                                        sink_batch_size, shutdown_timeout)  # fmt: skip
+        forwarded += ["--sql-door", "--sql-door-host", sql_door_host, "--sql-door-port", str(sql_door_port)] \
+            if sql_door else ["--no-sql-door"]  # fmt: skip
         raise typer.Exit(_supervise(settings, selected, forwarded, health_interval, health_file, health_port, health_host,
                                     shutdown_timeout))  # fmt: skip
 

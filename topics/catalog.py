@@ -20,6 +20,7 @@ from agl_stream.types import (
     ResourcesUpdate,
     RolloutSnapshot,
     Span,
+    TrainingStep,
     Trajectory,
     Worker,
 )
@@ -69,6 +70,9 @@ CATALOG: tuple[TopicSpec, ...] = (
               "runner heartbeats", co_partitioned=False, fixed_partitions=1),
     TopicSpec("dlq", "source key", DeadLetter, "delete", 30 * DAY_MS,
               "rejected records with the reason and the original bytes", co_partitioned=False, fixed_partitions=1),
+    TopicSpec("training_steps", "run_id", TrainingStep, "delete", 30 * DAY_MS,
+              "learner metrics, one record per optimizer step; the sinks write the training_steps table",
+              co_partitioned=False, fixed_partitions=1),
 )  # fmt: skip
 
 BY_SHORT_NAME: dict[str, TopicSpec] = {spec.short_name: spec for spec in CATALOG}

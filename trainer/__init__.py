@@ -9,6 +9,6 @@
 - ``checkpoint.py``  safetensors model + optimizer, policy version and consumer offsets
 - ``engines/``       ``InferenceEngine.publish(version, weights)``: ``embedded`` (CPU OpenAI server) and ``vllm``
 - ``publisher.py``   engine publish + the ``ResourcesUpdate`` on ``agl.resources``
-- ``metrics.py``     per-step metrics to logs, ClickHouse ``training_steps``, TensorBoard / wandb
+- ``metrics.py``     per-step metrics to logs, the ``agl.training_steps`` topic, TensorBoard / wandb
 - ``service.py``, ``cli.py``, ``config.py``  ``agl-stream trainer --config trainer.yaml`` and ``agl-stream serve``
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from agl_stream_trainer.algorithms.grpo import GRPOConfig
 from agl_stream_trainer.backends.hf import BackendConfig, OptimConfig
@@ -26,7 +26,11 @@ class EngineConfig(BaseModel):
 
 class MetricsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    clickhouse: bool = Field(default=True, description="write training_steps rows to AGL_CLICKHOUSE_DSN")
+    topic: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("topic", "clickhouse"),  # ``clickhouse:`` is what older configs say
+        description="publish every step to agl.training_steps (the sinks write the training_steps table)",
+    )
     jsonl: Optional[Path] = Field(default=None, description="also append one JSON line per step to this file")
     tensorboard_dir: Optional[str] = None
     wandb_project: Optional[str] = None

@@ -1,4 +1,5 @@
-"""Learner metrics: one :class:`StepMetrics` per step, fanned out to sinks (logs, ClickHouse, TensorBoard, wandb).
+"""Learner metrics: one :class:`StepMetrics` per step, fanned out to sinks (logs, the ``agl.training_steps``
+topic, a JSONL file, TensorBoard, wandb).
 
 A sink is anything with ``write(metrics)`` and ``close()`` (:class:`MetricsSink`). Sinks must not
 stop training: a failing sink is logged and skipped for that step.
@@ -6,13 +7,16 @@ stop training: a failing sink is logged and skipped for that step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
+
+from agl_stream.config import Settings
+from agl_stream.types import TrainingStep
 
 logger = logging.getLogger(__name__)
 
@@ -88,51 +92,60 @@ class LogSink:
             self._progress.stop()
 
 
-class ClickHouseSink:
-    """Rows of the ``training_steps`` table (deploy/clickhouse migrations), one per step, keyed by RunId."""
+class TopicSink:
+    """Publishes every step to ``agl.training_steps`` as a :class:`~agl_stream.types.TrainingStep` record.
 
-    TABLE = "training_steps"
+    The ClickHouse sinks write them to the ``training_steps`` table the dashboards read, and
+    ``Trainer.fit``'s progress display follows the topic: the learner never touches ClickHouse.
+    ``write`` is called on the learner's event loop and only schedules the send (training never
+    waits for the broker); :meth:`drain` waits for what was scheduled. A step the producer cannot
+    deliver is logged with its step number and counted in ``failed``.
+    """
 
-    def __init__(self, dsn: str, run_id: str, *, database: Optional[str] = None, migrate: bool = True) -> None:
-        from agl_stream_processors.clickhouse.client import connect
-
+    def __init__(self, producer: Any, settings: Settings, run_id: str, *, total_steps: Optional[int] = None) -> None:
+        self.producer = producer
+        self.topic = settings.topic("training_steps")
         self.run_id = run_id
-        self.ch = connect(dsn, database)
-        if migrate:  # idempotent: creates the database and applies pending migrations (training_steps among them)
-            from agl_stream_processors.clickhouse.migrations import migrate as run_migrations
-
-            run_migrations(self.ch)
+        self.total_steps = total_steps
+        self.failed = 0
+        self._pending: set[asyncio.Task[None]] = set()
 
     def write(self, m: StepMetrics) -> None:
-        import pyarrow as pa
+        task = asyncio.get_running_loop().create_task(self._send(training_step(m, self.run_id, self.total_steps)))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
-        row = {
-            "RunId": [self.run_id],
-            "Step": pa.array([m.step], pa.uint64()),
-            "PolicyVersion": pa.array([m.policy_version], pa.uint64()),
-            "Timestamp": pa.array([datetime.fromtimestamp(m.timestamp, tz=timezone.utc)], pa.timestamp("ms", tz="UTC")),
-            "Loss": [m.loss], "PolicyLoss": [m.policy_loss], "KL": [m.kl], "Entropy": [m.entropy],
-            "RewardMean": [m.reward_mean], "RewardStd": [m.reward_std],
-            "AdvantageMean": [m.advantage_mean], "AdvantageStd": [m.advantage_std],
-            "GradNorm": [m.grad_norm], "TokensPerSecond": [m.tokens_per_second],
-            "StalenessMean": [m.staleness_mean], "PublishSeconds": [m.publish_seconds],
-            "NumTriplets": pa.array([m.num_triplets], pa.uint64()),
-            "NumSequences": pa.array([m.num_sequences], pa.uint64()),
-            "LearningRate": [m.learning_rate],
-            "Extra": pa.array(
-                [list({**m.extra, **{f"staleness_{k}": float(v) for k, v in m.staleness_histogram.items()}}.items())],
-                pa.map_(pa.string(), pa.float64()),
-            ),
-        }
-        self.ch.insert_arrow(self.TABLE, pa.table(row))
+    async def _send(self, record: TrainingStep) -> None:
+        try:
+            await self.producer.send_and_wait(self.topic, record, key=self.run_id)
+        except Exception as exc:  # metrics must not stop training, but a lost step is reported
+            self.failed += 1
+            logger.error("training step %d of run %s was not published to %s: %r", record.step, self.run_id, self.topic, exc)
+
+    async def drain(self) -> None:
+        """Wait until every scheduled step is acknowledged (or reported as failed)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     def close(self) -> None:
-        self.ch.close()
+        if self._pending:
+            logger.warning("%d training step record(s) still in flight at close", len(self._pending))
+
+
+def training_step(m: StepMetrics, run_id: str, total_steps: Optional[int] = None) -> TrainingStep:
+    """The topic record of one step (everything but the rollout ids, which stay in the learner's files)."""
+    return TrainingStep(
+        run_id=run_id, step=m.step, policy_version=m.policy_version, timestamp=m.timestamp, total_steps=total_steps,
+        loss=m.loss, policy_loss=m.policy_loss, kl=m.kl, entropy=m.entropy, reward_mean=m.reward_mean,
+        reward_std=m.reward_std, advantage_mean=m.advantage_mean, advantage_std=m.advantage_std,
+        grad_norm=m.grad_norm, tokens_per_second=m.tokens_per_second, staleness_mean=m.staleness_mean,
+        publish_seconds=m.publish_seconds, num_triplets=m.num_triplets, num_sequences=m.num_sequences,
+        learning_rate=m.learning_rate, staleness_histogram=dict(m.staleness_histogram), extra=dict(m.extra),
+    )  # fmt: skip
 
 
 class JsonlSink:
-    """One JSON line per step: a file the demo plots, and that can be loaded into ``training_steps``
-    later when the embedded ClickHouse is owned by another process (the sinks) during the run."""
+    """One JSON line per step, with the rollout ids each step trained on (audits read it across restarts)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +212,16 @@ class MetricsHub:
                 sink.write(metrics)
             except Exception:
                 logger.exception("metrics sink %s failed", type(sink).__name__)
+
+    async def drain(self) -> None:
+        """Wait for sinks that send in the background (``drain()``, e.g. :class:`TopicSink`)."""
+        for sink in self.sinks:
+            drain = getattr(sink, "drain", None)
+            if drain is not None:
+                try:
+                    await drain()
+                except Exception:
+                    logger.exception("draining metrics sink %s failed", type(sink).__name__)
 
     def close(self) -> None:
         for sink in self.sinks:

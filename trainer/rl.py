@@ -54,10 +54,8 @@ class RL(Algorithm):
         metrics_path = out / "steps.jsonl"
         metrics_path.unlink(missing_ok=True)
         config = self.config.model_copy(update={"scheduler": scheduler})
-        if self.settings.effective_clickhouse_dsn.startswith("chdb://"):
-            # The embedded engine has one owner process (the sinks); steps go to a file and are
-            # loaded into training_steps once the sinks stop (see the demo). A server DSN is shared.
-            config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"clickhouse": False})})
+        if config.metrics.progress is None:  # Trainer.fit shows its own live display (rich allows one at a time)
+            config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"progress": False})})
 
         results = await RolloutResults(self.settings).start()
         before: list[float] = []

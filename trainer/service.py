@@ -26,7 +26,7 @@ from agl_stream_trainer.backends.hf import HFPolicy
 from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.learner import Learner
-from agl_stream_trainer.metrics import ClickHouseSink, JsonlSink, LogSink, MetricsHub, optional_sinks
+from agl_stream_trainer.metrics import JsonlSink, LogSink, MetricsHub, TopicSink, optional_sinks
 from agl_stream_trainer.publisher import WeightPublisher
 
 logger = logging.getLogger(__name__)
@@ -91,18 +91,15 @@ class TrainerService:
         policy = HFPolicy(model, cfg.optim, cfg.backend)
         checkpoint_dir = cfg.checkpoint_dir or self.settings.data_dir / "checkpoints" / cfg.run_id
         sinks: list[Any] = [LogSink(cfg.max_steps, cfg.metrics.progress)]
-        if cfg.metrics.clickhouse:
-            try:
-                sinks.append(ClickHouseSink(self.settings.effective_clickhouse_dsn, cfg.run_id))
-            except Exception as exc:  # metrics must not stop training
-                logger.warning("ClickHouse metrics disabled: %r", exc)
         if cfg.metrics.jsonl is not None:
             sinks.append(JsonlSink(cfg.metrics.jsonl))
         sinks += optional_sinks(cfg.metrics.tensorboard_dir, cfg.metrics.wandb_project)
         sinks += self.extra_sinks
-        metrics = MetricsHub(sinks)
 
         producer = await RecordProducer(self.settings).start()
+        if cfg.metrics.topic:  # the sinks write agl.training_steps to ClickHouse's training_steps table
+            sinks.append(TopicSink(producer, self.settings, cfg.run_id, total_steps=cfg.max_steps))
+        metrics = MetricsHub(sinks)
         try:
             engine = await self._engine(model_dir, model_name)
             publisher = None
@@ -132,6 +129,7 @@ class TrainerService:
         finally:
             if self.learner is not None:
                 await self.learner.stop()
+            await metrics.drain()
             metrics.close()
             await producer.stop()
             for close in reversed(self._closers):

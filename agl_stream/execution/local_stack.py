@@ -3,7 +3,8 @@
 With no ``AGL_KAFKA_BOOTSTRAP`` the job is local: a Tansu broker, the catalog topics, and the stream
 processors (state machine, triplet adapter, ClickHouse sinks owning the embedded ClickHouse) are
 started here and torn down at the end. With a cluster configured, only topics are verified: the
-processors are the cluster's own services.
+processors are the cluster's own services. ``start_dashboard`` adds ``agl-stream dashboard`` (the
+run's web page), which reads the embedded ClickHouse through the processors' SQL door.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
+import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -20,6 +24,25 @@ from agl_stream.config import Settings
 from agl_stream.execution.process import ServiceProcess, agl_command
 
 logger = logging.getLogger(__name__)
+
+DASHBOARD_PORT = 4747  # upstream's dashboard port; another free one when it is taken
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _printed_url(log: Optional[Path]) -> Optional[str]:
+    """The URL ``agl-stream dashboard`` prints once it listens."""
+    if log is None or not log.exists():
+        return None
+    match = re.search(r"agl-stream dashboard: (http://\S+)", log.read_text(errors="replace"))
+    return match.group(1) if match else None
 
 
 class LocalStack:
@@ -38,6 +61,7 @@ class LocalStack:
         self.log_dir = log_dir or settings.data_dir / "logs"
         self.broker: Optional[LocalBroker] = None
         self.services: list[ServiceProcess] = []
+        self.dashboard: Optional[ServiceProcess] = None  # optional: not among the services a job needs
         self.settings = settings
 
     def env(self) -> dict[str, str]:
@@ -87,6 +111,35 @@ class LocalStack:
         self.services.append(runners)
         return runners
 
+    async def start_dashboard(self, *, port: int = DASHBOARD_PORT, timeout: float = 60.0) -> Optional[str]:
+        """``agl-stream dashboard`` as a child service; returns its URL (token included).
+
+        The dashboard is a convenience: when it cannot start (the processors extra is missing, no
+        port) the job goes on without it, with a warning, and it is not supervised as a part the job
+        needs. It binds 127.0.0.1 and gets a fresh token through its environment (not its argv).
+        """
+        token = secrets.token_urlsafe(18)
+        chosen = port if port and _port_free(port) else 0
+        (self.log_dir / "dashboard.log").unlink(missing_ok=True)  # its URL line must be this start's
+        dashboard = ServiceProcess(
+            "dashboard", agl_command("dashboard", "--port", str(chosen), "--host", "127.0.0.1"),
+            env={**self.env(), "AGL_DASHBOARD_TOKEN": token}, log_path=self.log_dir / "dashboard.log",
+        ).start()  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            url = _printed_url(dashboard.log_path)
+            if url is not None:
+                self.dashboard = dashboard
+                logger.info("dashboard at %s", url)
+                return url
+            if not dashboard.alive:
+                logger.warning("the dashboard did not start (exit code %s): %s", dashboard.returncode, dashboard.tail(5).strip())
+                return None
+            await asyncio.sleep(0.1)
+        logger.warning("the dashboard did not start within %.0fs; going on without it", timeout)
+        dashboard.stop()
+        return None
+
     def check(self) -> None:
         """Raise :class:`ServiceCrashed` when a service died; the caller stops the rest."""
         if self.broker is not None and not self.broker.running:
@@ -97,6 +150,9 @@ class LocalStack:
             service.check()
 
     def stop(self) -> None:
+        if self.dashboard is not None:
+            self.dashboard.stop(timeout=10)
+            self.dashboard = None
         for service in reversed(self.services):
             code = service.stop()
             logger.info("stopped %s (exit code %s)", service.name, code)

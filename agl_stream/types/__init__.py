@@ -16,6 +16,7 @@ from agl_stream.types.core import (
     Worker,
     WorkerStatus,
 )
+from agl_stream.types.metrics import TrainingStep
 from agl_stream.types.records import AttemptEvent, AttemptEventKind, DeadLetter, RolloutControl, RolloutSnapshot
 from agl_stream.types.resources import LLM, NamedResources, PromptTemplate, ProxyLLM, Resource, ResourcesUpdate
 from agl_stream.types.spans import Event, Link, OtelResource, Span, SpanContext, SpanCoreFields, TraceStatus
@@ -78,6 +79,7 @@ __all__ = [
     "SpanCoreFields",
     "TaskInput",
     "TraceStatus",
+    "TrainingStep",
     "Trajectory",
     "TrajectoryDecision",
     "Triplet",

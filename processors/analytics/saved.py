@@ -1,8 +1,10 @@
 """Saved queries: one ``deploy/clickhouse/queries/<name>.sql`` file each, shared by the CLI and Grafana.
 
 A file starts with ``-- key: value`` header lines: ``title``, ``description``, ``panel``
-(``table``, ``timeseries`` or ``stat``), ``columns`` (what the query returns, in order; tests and
-dashboard panels rely on it) and, for time series, ``time_column``.
+(``table``, ``timeseries``, ``stat`` or ``traces``), ``columns`` (what the query returns, in order;
+tests and dashboard panels rely on it) and, for time series, ``time_column``. A query may take
+parameters in ClickHouse's syntax, ``{rollout_id:String}`` (``agl-stream sql --saved NAME -p
+rollout_id=...``; a dashboard variable on Grafana and in ``agl-stream dashboard``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Optional
 from agl_stream_processors.deploy_files import DEPLOY_DIR
 
 QUERIES_DIR = DEPLOY_DIR / "clickhouse" / "queries"
-PANELS = ("table", "timeseries", "stat")
+PANELS = ("table", "timeseries", "stat", "traces")
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
 
 

@@ -30,6 +30,7 @@ class ClickHouse:
     def __init__(self, target: Target, *, create_database: bool = False) -> None:
         self.target = target
         self.database = target.database
+        self.door: Optional[Any] = None  # the SQL door this client reads through (see reader.open_reader), if any
         self._lock = threading.Lock()
         # wrap(): the client itself unless AGL_CLICKHOUSE_FAILPOINT is set (fault injection, see failpoint.py)
         self._client: Client = failpoint.wrap(clickhouse_connect.get_client(dsn=target.dsn))
@@ -69,6 +70,12 @@ class ClickHouse:
         """Column names and rows as Python values."""
         with self._lock:
             result = self._client.query(sql, parameters=parameters)
+            return list(result.column_names), [tuple(r) for r in result.result_rows]
+
+    def query_aware(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Like :meth:`query_rows`, with timezone-aware datetimes (exact instants whatever the server's timezone)."""
+        with self._lock:
+            result = self._client.query(sql, parameters=parameters, tz_mode="aware")
             return list(result.column_names), [tuple(r) for r in result.result_rows]
 
     def scalar(self, sql: str, parameters: Optional[dict[str, Any]] = None) -> Any:

@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, Trajectory, Worker
+from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Worker
 from agl_stream_processors.clickhouse.columns import (
     STR_LIST,
+    UTC_MS,
     UTC_US,
     RowError,
     float_list,
@@ -131,6 +132,31 @@ DEAD_LETTER_SCHEMA = pa.schema(
         ("Reason", pa.string()),
         ("ErrorType", pa.string()),
         ("ReceivedAt", UTC_US),
+    ]
+)
+
+TRAINING_STEP_SCHEMA = pa.schema(
+    [
+        ("RunId", pa.string()),
+        ("Step", pa.uint64()),
+        ("PolicyVersion", pa.uint64()),
+        ("Timestamp", UTC_MS),
+        ("Loss", pa.float64()),
+        ("PolicyLoss", pa.float64()),
+        ("KL", pa.float64()),
+        ("Entropy", pa.float64()),
+        ("RewardMean", pa.float64()),
+        ("RewardStd", pa.float64()),
+        ("AdvantageMean", pa.float64()),
+        ("AdvantageStd", pa.float64()),
+        ("GradNorm", pa.float64()),
+        ("TokensPerSecond", pa.float64()),
+        ("StalenessMean", pa.float64()),
+        ("PublishSeconds", pa.float64()),
+        ("NumTriplets", pa.uint64()),
+        ("NumSequences", pa.uint64()),
+        ("LearningRate", pa.float64()),
+        ("Extra", pa.map_(pa.string(), pa.float64())),
     ]
 )
 
@@ -283,5 +309,36 @@ def dead_letter_rows(letter: DeadLetter, record_timestamp_ms: Optional[int] = No
             "Reason": letter.reason,
             "ErrorType": letter.error_type,
             "ReceivedAt": _us(letter.received_at, "received_at"),
+        }
+    ]
+
+
+def training_step_rows(step: TrainingStep, record_timestamp_ms: Optional[int] = None) -> list[dict[str, Any]]:
+    """One ``training_steps`` row; the staleness histogram rides in ``Extra`` as ``staleness_<versions behind>``."""
+    extra = {**step.extra, **{f"staleness_{age}": float(rows) for age, rows in step.staleness_histogram.items()}}
+    if step.total_steps is not None:
+        extra["total_steps"] = float(step.total_steps)
+    return [
+        {
+            "RunId": step.run_id,
+            "Step": step.step,
+            "PolicyVersion": step.policy_version,
+            "Timestamp": seconds_to(step.timestamp, 1000, "timestamp"),
+            "Loss": step.loss,
+            "PolicyLoss": step.policy_loss,
+            "KL": step.kl,
+            "Entropy": step.entropy,
+            "RewardMean": step.reward_mean,
+            "RewardStd": step.reward_std,
+            "AdvantageMean": step.advantage_mean,
+            "AdvantageStd": step.advantage_std,
+            "GradNorm": step.grad_norm,
+            "TokensPerSecond": step.tokens_per_second,
+            "StalenessMean": step.staleness_mean,
+            "PublishSeconds": step.publish_seconds,
+            "NumTriplets": step.num_triplets,
+            "NumSequences": step.num_sequences,
+            "LearningRate": step.learning_rate,
+            "Extra": list(extra.items()),
         }
     ]

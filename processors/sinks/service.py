@@ -8,7 +8,9 @@ processes: each sink's consumer group spreads partitions over them.
 ``run_sinks`` applies pending migrations first with the embedded engine (on a server it only checks
 that the schema is current, since the migrator job owns DDL; ``apply_migrations`` overrides), starts
 one shared DLQ producer, runs every selected sink until ``stop`` is set, and returns each sink's
-statistics. With ``idle_exit`` it also stops by itself once every sink has been assigned partitions,
+statistics. With the embedded engine and ``door`` options it also serves the engine's SQL door
+(:mod:`agl_stream_processors.clickhouse.door`): the one way other local processes can read the
+engine while the sinks own it. With ``idle_exit`` it also stops by itself once every sink has been assigned partitions,
 has nothing pending and has seen no record for that many seconds (drain mode, for batch jobs and
 tests).
 """
@@ -18,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
 from agl_stream_processors.clickhouse.client import ClickHouse, connect
+from agl_stream_processors.clickhouse.door_file import DoorOptions
 from agl_stream_processors.clickhouse.migrations import migrate, require_current
 from agl_stream_processors.sinks.sink import Sink, SinkOptions, SinkStats
 from agl_stream_processors.sinks.specs import resolve
@@ -45,11 +48,15 @@ class SinkService:
         ch: Optional[ClickHouse] = None,
         options: SinkOptions = SinkOptions(),
         apply_migrations: Optional[bool] = None,
+        door: Optional[DoorOptions] = None,
     ) -> None:
+        """``door``: serve read-only SQL into the embedded engine while the sinks own it (ignored for a server DSN)."""
         self.settings = settings
         self.specs = resolve(list(names) if names else None)
         self.options = options
         self.apply_migrations = apply_migrations
+        self.door_options = door
+        self.door: Optional[Any] = None
         self._ch = ch
         self._owns_client = ch is None
         self.sinks: list[Sink] = []
@@ -79,6 +86,8 @@ class SinkService:
                     logger.info("applied migration %04d_%s", m.version, m.name)
             else:  # a server: the migrator job owns DDL; refuse to write into an outdated schema
                 await asyncio.to_thread(require_current, ch)
+            if self.door_options is not None and ch.target.embedded:
+                self.door = await self._open_door(ch)
             async with RecordProducer(self.settings) as dlq:
                 self.sinks = [Sink(spec, self.settings, ch, dlq, self.options) for spec in self.specs]
                 tasks = [asyncio.create_task(s.run(stop), name=f"sink-{s.name}") for s in self.sinks]
@@ -94,8 +103,21 @@ class SinkService:
                     await asyncio.gather(*tasks, return_exceptions=True)
             return {s.name: s.stats for s in self.sinks}
         finally:
+            if self.door is not None:
+                await self.door.stop()
+                self.door = None
             if self._owns_client:
                 await asyncio.to_thread(ch.close)
+
+    async def _open_door(self, ch: ClickHouse) -> Optional[Any]:
+        """The SQL door, or ``None`` (logged as an error): the sinks' job is writing, and they go on without it."""
+        try:
+            from agl_stream_processors.clickhouse.door import SqlDoor  # fastapi/uvicorn: only when a door is asked for
+
+            return await SqlDoor(ch.target, self.door_options or DoorOptions()).start()
+        except Exception as exc:
+            logger.error("SQL door not opened (local commands cannot read the engine while the sinks run): %r", exc)
+            return None
 
     async def _watch(
         self,

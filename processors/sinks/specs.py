@@ -8,7 +8,16 @@ from typing import Any, Callable, Optional
 import pyarrow as pa
 from pydantic import BaseModel
 
-from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, Span, Trajectory, Worker
+from agl_stream.types import (
+    AttemptEvent,
+    DeadLetter,
+    ResourcesUpdate,
+    RolloutSnapshot,
+    Span,
+    TrainingStep,
+    Trajectory,
+    Worker,
+)
 from agl_stream_processors.clickhouse import rows
 from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
 
@@ -43,6 +52,8 @@ SINKS: dict[str, SinkSpec] = {
         SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
         SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows),
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
+        SinkSpec("training_steps", "training_steps", TrainingStep, "training_steps", rows.TRAINING_STEP_SCHEMA,
+                 rows.training_step_rows),  # fmt: skip
     )
 }
 

@@ -25,6 +25,7 @@ from agl_stream import (
     Triplet,
     Worker,
 )
+from agl_stream.types import TrainingStep
 
 _rollout = Rollout(
     rollout_id="ro-0123456789ab",
@@ -74,4 +75,8 @@ SAMPLES: dict[type[BaseModel], BaseModel] = {
     ),
     Worker: Worker(worker_id="Worker-0", status="busy", heartbeat_stats={"cpu": 0.5}, current_rollout_id=_rollout.rollout_id),
     DeadLetter: DeadLetter(source_topic="agl.spans", partition=1, offset=9, key=b"k", payload=b"\xff\x00raw", reason="bad"),
+    TrainingStep: TrainingStep(
+        run_id="run-1", step=3, policy_version=3, total_steps=10, loss=0.25, kl=0.01, reward_mean=0.5,
+        staleness_histogram={0: 6, 1: 2}, extra={"pg_clipfrac": 0.1},
+    ),
 }

@@ -55,3 +55,43 @@ def test_functional_algorithm_rejects_unexpected_dataset(tmp_path: Path) -> None
 
     with pytest.raises(TypeError, match="does not accept train_dataset"):
         Trainer(no_datasets, settings=_settings(tmp_path)).fit(scoring_agent, [{"x": 1, "score": 1}])
+
+
+def test_fit_serves_the_dashboard_and_shows_progress(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """While the job runs, the printed dashboard URL answers with live panels (read through the SQL door)."""
+    import asyncio
+    import re
+
+    import httpx
+
+    from agl_stream.algorithm import RolloutResults, run_dataset
+
+    settings = _settings(tmp_path)
+
+    @algo
+    async def run_then_look(*, client, settings, train_dataset):  # type: ignore[no-untyped-def]
+        results = await RolloutResults(settings).start()
+        try:
+            outcomes = await run_dataset(client, results, train_dataset, mode="train", timeout=120)
+        finally:
+            await results.stop()
+        log = (settings.data_dir / "logs" / "dashboard.log").read_text()
+        url = re.search(r"agl-stream dashboard: (http://\S+)", log).group(1)  # type: ignore[union-attr]
+        base, token = url.split("/?token=")
+        async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:
+            for _ in range(120):  # the sinks write the last snapshots within a batch interval
+                answer = (await http.get(f"{base}/api/panels", params={"names": "rollout_rates,recent_rollouts"})).json()
+                if answer["panels"]["rollout_rates"]["rows"][0][:2] == [len(train_dataset), 0]:
+                    break
+                await asyncio.sleep(0.25)
+        return {"outcomes": sorted(o.status for o in outcomes if o is not None), "url": url, "answer": answer}
+
+    items = [{"x": i, "score": 1.0} for i in range(3)]
+    report = Trainer(run_then_look, n_runners=1, runner_concurrency=3, settings=settings).fit(scoring_agent, items)
+    assert report["outcomes"] == ["succeeded"] * 3 and report["url"].startswith("http://127.0.0.1:")
+    assert report["answer"]["source"]["kind"] == "door"  # the processors own the engine; the page reads through their door
+    assert report["answer"]["panels"]["rollout_rates"]["rows"][0][:2] == [3, 0]
+    assert len(report["answer"]["panels"]["recent_rollouts"]["rows"]) == 3
+    err = capfd.readouterr().err
+    assert f"agl-stream dashboard: {report['url']}" in err  # printed while it runs (not a terminal: once)
+    assert "3 done" in err and "succeeded" in err  # the progress panel, printed at the end off a terminal

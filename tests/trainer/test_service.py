@@ -15,7 +15,7 @@ import yaml
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
-from agl_stream.types import AttemptedRollout, ResourcesUpdate, RolloutSnapshot, Trajectory, Triplet
+from agl_stream.types import AttemptedRollout, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Triplet
 from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.service import TrainerService
@@ -82,7 +82,7 @@ async def test_trainer_service_trains_on_scheduled_rollouts(topics: Settings, ti
         "scheduler": {"dataset": str(dataset), "group_size": 2, "max_in_flight": 4, "shuffle": False},
         "checkpoint_every": 1,
         "max_steps": 2,
-        "metrics": {"clickhouse": True, "progress": False},
+        "metrics": {"topic": True, "progress": False},
     }))
     config = TrainerConfig.from_yaml(config_file)
     stop = asyncio.Event()
@@ -99,9 +99,12 @@ async def test_trainer_service_trains_on_scheduled_rollouts(topics: Settings, ti
     assert state is not None and state.policy_version == 2 and state.extra["scheduler"]["cursor"] >= 2
     assert versions_seen and versions_seen[0] == 0
 
-    from agl_stream_processors.clickhouse.client import connect
-
-    ch = connect(settings.effective_clickhouse_dsn)
-    _cols, rows = ch.query_rows("SELECT Step, PolicyVersion FROM training_steps FINAL WHERE RunId = 'svc' ORDER BY Step")
-    ch.close()
-    assert rows == [(1, 1), (2, 2)]
+    async with RecordConsumer(settings, [settings.topic("training_steps")], group_id=None) as steps:
+        published: list = []
+        for _ in range(25):
+            published += (await steps.get_decoded(TrainingStep, timeout=0.2))[0]
+            if len(published) >= 2:
+                break
+    assert [(s.key, s.value.step, s.value.policy_version, s.value.total_steps) for s in published] == [
+        ("svc", 1, 1, 2), ("svc", 2, 2, 2)
+    ]  # fmt: skip

@@ -10,9 +10,13 @@ from agl_stream_processors.clickhouse import ClickHouse
 from tests.processors.clickhouse.store import populate
 
 
-def _run(ch: ClickHouse, name: str) -> list[dict]:
+def _params(sql: str, rollout_id: str = "ro-000000000001") -> dict | None:
+    return {"rollout_id": rollout_id} if "{rollout_id:String}" in sql else None
+
+
+def _run(ch: ClickHouse, name: str, rollout_id: str = "ro-000000000001") -> list[dict]:
     query = get_saved_query(name)
-    columns, rows = ch.query_rows(query.sql)
+    columns, rows = ch.query_rows(query.sql, _params(query.sql, rollout_id))
     assert tuple(columns) == query.columns
     return [dict(zip(columns, row)) for row in rows]
 
@@ -22,7 +26,7 @@ def test_every_saved_query_returns_its_declared_columns(ch: ClickHouse) -> None:
     queries = load_saved_queries()
     assert len(queries) >= 12
     for query in queries.values():
-        columns, _rows = ch.query_rows(query.sql)
+        columns, _rows = ch.query_rows(query.sql, _params(query.sql))
         assert tuple(columns) == query.columns, query.name
 
 
@@ -52,6 +56,24 @@ def test_answers_on_known_data(ch: ClickHouse) -> None:
     tokens = {r["policy_version"]: r for r in _run(ch, "token_counts")}
     assert (tokens[1]["prompt_tokens"], tokens[1]["response_tokens"]) == (12, 8)
     assert [r["resources_version"] for r in _run(ch, "reward_by_resources_version")] == [1]
+
+    throughput = _run(ch, "throughput")[0]
+    assert throughput["rollouts_per_s_1m"] == pytest.approx(5 / 60) and throughput["spans_per_s_1m"] == pytest.approx(12 / 60)
+    assert throughput["rollouts_per_s"] > 0 and throughput["run_seconds"] >= 0
+    assert sum(r["spans_per_s"] for r in _run(ch, "throughput_over_time")) * 10 == pytest.approx(12)
+
+    recent = {r["rollout_id"]: r for r in _run(ch, "recent_rollouts")}
+    assert len(recent) == 6 and recent["ro-00000000000f"]["status"] == "failed" and recent["ro-0000000000aa"]["spans"] == 0
+    assert (recent["ro-000000000001"]["spans"], recent["ro-000000000001"]["final_reward"]) == (3, 1.0)
+
+    (attempt,) = _run(ch, "rollout_attempts", "ro-00000000000f")
+    assert (attempt["status"], attempt["error"], attempt["worker_id"]) == ("failed", "ValueError: bad answer", "w-1")
+    assert attempt["duration_s"] == pytest.approx(0.5)
+    spans = _run(ch, "rollout_spans", "ro-000000000002")
+    assert [s["sequenceId"] for s in spans] == [1, 2, 3] and spans[0]["tags"] == [{"key": "gen_ai.request.model", "value": "tiny"}]
+    triplets = _run(ch, "rollout_triplets", "ro-000000000003")
+    assert [(t["triplet"], t["prompt_token_ids"], t["reward"]) for t in triplets] == [(0, [1, 2, 3], None), (1, [1, 2, 4], 1.0)]
+    assert _run(ch, "training_progress")[1]["publish_seconds"] == 0.0
 
 
 def test_malformed_saved_queries_are_rejected() -> None:

@@ -1,0 +1,81 @@
+"""Serve an ASGI app (FastAPI) with uvicorn inside an event loop this process already runs.
+
+The processors service runs its apps on one asyncio loop and handles SIGINT/SIGTERM itself
+(graceful drain of the sinks). ``uvicorn.Server.serve`` would take those signals over while it
+runs; this wrapper leaves signal handling to the host and binds the socket itself, so port 0 picks
+a free port that :attr:`EmbeddedHttpServer.port` then reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import Any, Iterator, Optional
+
+import uvicorn
+
+logger = logging.getLogger(__name__)
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to ``host:port`` (port 0: a free one, read back from the socket)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class _HostedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the host process owns SIGINT/SIGTERM
+
+
+class EmbeddedHttpServer:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "http") -> None:
+        self.app = app
+        self.host = host
+        self.requested_port = port
+        self.name = name
+        self.port: Optional[int] = None
+        self._server: Optional[_HostedServer] = None
+        self._task: Optional[asyncio.Task[None]] = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> "EmbeddedHttpServer":
+        sock = bound_socket(self.host, self.requested_port)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+        self._server = _HostedServer(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=f"{self.name}-server")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise RuntimeError(f"{self.name} server stopped during start-up")
+            await asyncio.sleep(0.01)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
+        except asyncio.TimeoutError:
+            logger.warning("%s server did not stop within 10s; cancelling", self.name)
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._server = None
+        self._task = None

@@ -1,0 +1,116 @@
+"""Services talk through topics, never through imports: a static check of the import graph.
+
+The rule (docs/architecture.md): each top-level folder is one service - ``agl_stream/`` (the SDK
+agents import), ``topics/`` (the topic catalog), ``processors/``, ``trainer/``, ``ingest/``.
+
+* any service may import ``agl_stream`` (the data model, settings, Kafka clients) and
+  ``agl_stream_topics`` (the catalog every service creates and reads topics by);
+* ``agl_stream`` imports no service package at all (not even ``agl_stream_topics``): agents install
+  it alone;
+* no other service imports another service's package: ``processors`` never imports ``trainer``,
+  ``trainer`` never imports ``processors`` (learner metrics travel over ``agl.training_steps``), and
+  so on.
+
+Every ``import``/``from ... import`` statement is checked wherever it sits (module level or inside
+a function), plus ``importlib.import_module("...")`` / ``__import__("...")`` calls with a literal
+name. Packages are recognized by their installed names (``agl_stream_processors``...) and by their
+folder names (``processors``...), so a checkout-relative import is caught too. The CLI's
+sub-command table (``agl_stream/cli/main.py``) names service modules as strings that only the
+command being run resolves; that dispatch is by design and is not an import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: service -> (its folder, the top-level import names that mean it)
+SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agl_stream": ("agl_stream", ("agl_stream",)),
+    "topics": ("topics", ("agl_stream_topics", "topics")),
+    "processors": ("processors", ("agl_stream_processors", "processors")),
+    "trainer": ("trainer", ("agl_stream_trainer", "trainer")),
+    "ingest": ("ingest", ("agl_stream_ingest", "ingest")),
+}
+SHARED = {"agl_stream", "topics"}  # what every other service may import
+
+
+def service_of(module: str) -> Optional[str]:
+    top = module.split(".")[0]
+    for service, (_folder, names) in SERVICES.items():
+        if top in names:
+            return service
+    return None
+
+
+def allowed(importer: str, imported: str) -> bool:
+    if importer == imported:
+        return True
+    if importer == "agl_stream":
+        return False
+    return imported in SHARED
+
+
+def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``tree`` (relative imports stay in their package)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                yield node.lineno, node.module
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                yield node.lineno, node.args[0].value
+
+
+def violations_in(service: str, path: Path, source: str) -> list[str]:
+    found = []
+    for line, module in imported_modules(ast.parse(source, filename=str(path))):
+        target = service_of(module)
+        if target is not None and not allowed(service, target):
+            found.append(f"{path.relative_to(ROOT) if path.is_absolute() else path}:{line}: {service} imports {module} ({target})")
+    return found
+
+
+def service_files() -> Iterator[tuple[str, Path]]:
+    for service, (folder, _names) in SERVICES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            yield service, path
+
+
+def test_no_service_imports_another_service() -> None:
+    files = list(service_files())
+    assert {s for s, _ in files} == set(SERVICES) and len(files) > 100
+    problems = [v for service, path in files for v in violations_in(service, path, path.read_text())]
+    assert not problems, "imports across service boundaries (talk through a topic instead):\n" + "\n".join(problems)
+
+
+def test_the_trainer_no_longer_reaches_into_the_processors() -> None:
+    metrics = ROOT / "trainer" / "metrics.py"
+    assert not [m for _, m in imported_modules(ast.parse(metrics.read_text())) if service_of(m) == "processors"]
+
+
+@pytest.mark.parametrize(
+    ("service", "source", "bad"),
+    [
+        ("trainer", "def f():\n    from agl_stream_processors.clickhouse import connect\n", True),
+        ("processors", "import agl_stream_trainer.metrics as m\n", True),
+        ("ingest", "import importlib\nimportlib.import_module('agl_stream_trainer.rl')\n", True),
+        ("agl_stream", "from agl_stream_topics.catalog import CATALOG\n", True),
+        ("processors", "from trainer.metrics import StepMetrics\n", True),
+        ("trainer", "from agl_stream.types import TrainingStep\nfrom agl_stream_topics.catalog import spec\n", False),
+        ("processors", "from . import rows\nfrom .sinks import specs\n", False),
+        ("agl_stream", "SUBCOMMANDS = {'sql': ('agl_stream_processors.cli:sql', '', '')}\n", False),
+    ],
+)
+def test_the_checker_catches_what_the_rule_forbids(service: str, source: str, bad: bool) -> None:
+    assert bool(violations_in(service, Path("snippet.py"), source)) is bad
