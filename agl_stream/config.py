@@ -114,6 +114,11 @@ class Settings(BaseModel):
         """Full topic name for a catalog short name, e.g. ``tasks`` -> ``agl.tasks``."""
         return f"{self.topic_prefix}.{short_name}"
 
+    def group(self, role: str) -> str:
+        """Consumer group of a role, namespaced like the topics, e.g. ``runners`` -> ``agl-runners``: two
+        deployments with different prefixes on one cluster never share (and rebalance) a group."""
+        return f"{self.topic_prefix}-{role}"
+
 
 def _coerce(var: str, raw: str, annotation: Any) -> Any:
     """Env strings to field types; bools follow upstream's truthy/falsy rules."""

@@ -87,7 +87,9 @@ class ProcessSupervisor:
         app_env: Optional[Mapping[str, Mapping[str, str]]] = None,
     ) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
-        child_interval = min(health_interval, 1.0)  # the merged report is only as fresh as the children's
+        # each child reports as often as the service would (its first report says it runs: the merged
+        # file appears only then, as a single-process service's does)
+        child_interval = health_interval
         envs = {"sinks": dict(SINKS_ENV), **{k: dict(v) for k, v in (app_env or {}).items()}}
         self.apps = [
             AppProcess(name, app_argv(name, args, state_dir / f"{name}.health.json", child_interval),
@@ -99,6 +101,7 @@ class ProcessSupervisor:
         self.shutdown_timeout = shutdown_timeout
         self.started_at = time.time()
         self.failed: dict[str, str] = {}
+        self._last_seen: tuple[str, ...] = ()
 
     def health(self) -> dict[str, Any]:
         report: dict[str, Any] = {"uptime_s": round(time.time() - self.started_at, 1), "apps": {}, "processes": {}}
@@ -112,9 +115,14 @@ class ProcessSupervisor:
             report["processes"][app.name] = {"pid": app.proc.pid if app.proc else None, "exit_code": app.returncode}
         return report
 
-    def _report(self) -> None:
+    def _report(self, force: bool = False) -> None:
         report = self.health()
-        if self.health_file is not None:
+        started = all(app.last_report for app in self.apps)
+        seen = tuple(json.dumps(app.last_report, sort_keys=True, default=str) for app in self.apps)
+        changed, self._last_seen = seen != self._last_seen, seen
+        # rewritten when a child reported (readers count reports, so the same one must not look new)
+        if self.health_file is not None and (started or self.failed) and (changed or force):
+            # like a single-process service, the file appears once every app runs (callers wait on it)
             tmp = self.health_file.with_suffix(self.health_file.suffix + ".tmp")
             tmp.write_text(json.dumps(report, default=str, indent=2, sort_keys=True))
             os.replace(tmp, self.health_file)
@@ -144,7 +152,7 @@ class ProcessSupervisor:
                     pass
         finally:
             await self._stop_all()
-            self._report()
+            self._report(force=True)
         return 1 if self.failed else 0
 
     async def _stop_all(self) -> None:

@@ -21,7 +21,7 @@ from typing import Optional
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
-from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
+from agl_stream.kafka.claim import claim_record, is_preclaimed
 from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter
 
 logger = logging.getLogger(__name__)
@@ -34,14 +34,14 @@ class TaskQueue:
         producer: RecordProducer,
         *,
         bootstrap: Optional[str] = None,
-        group_id: str = RUNNERS_GROUP,
+        group_id: Optional[str] = None,
         poll_timeout: float = 0.5,
         idle_seconds: float = 30.0,
     ) -> None:
         self.settings = settings
         self.producer = producer
         self.bootstrap = bootstrap
-        self.group_id = group_id
+        self.group_id = group_id or settings.group("runners")  # the runner processes' group
         self.poll_timeout = poll_timeout
         self.idle_seconds = idle_seconds
         self._consumer: Optional[RecordConsumer] = None

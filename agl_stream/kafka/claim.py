@@ -23,7 +23,8 @@ from agl_stream.kafka._consumer import RecordConsumer
 
 logger = logging.getLogger(__name__)
 
-#: the consumer group of everything that runs tasks (runner processes and hand-written runners)
+#: the consumer group of everything that runs tasks (runner processes and hand-written runners) with the
+#: default topic prefix; in general ``Settings.group("runners")``
 RUNNERS_GROUP = "agl-runners"
 
 #: header of a task record that was claimed when it was written (``start_rollout``/``start_attempt``):

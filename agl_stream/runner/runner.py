@@ -80,7 +80,7 @@ class LitAgentRunner:
         concurrency: int = 1,
         max_rollouts: Optional[int] = None,
         heartbeat_interval: float = 10.0,
-        group_id: str = RUNNER_GROUP,
+        group_id: Optional[str] = None,
         resources_wait: float = 10.0,
         shutdown_grace: float = 30.0,
         commit_interval: float = 0.5,
@@ -101,7 +101,7 @@ class LitAgentRunner:
         self.concurrency = concurrency
         self.max_rollouts = max_rollouts
         self.heartbeat_interval = heartbeat_interval
-        self.group_id = group_id
+        self.group_id = group_id or settings.group("runners")  # agl-runners with the default prefix
         self.resources_wait = resources_wait
         self.shutdown_grace = shutdown_grace
         self.commit_interval = commit_interval

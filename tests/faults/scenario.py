@@ -29,8 +29,7 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str, pipe: 
 
 def count(store: StoreClient, enq: Enqueued, *wanted: str) -> int:
     """Rollouts of ``enq`` in one of the ``wanted`` statuses, as the client sees ``agl.rollouts``."""
-    snapshots = store._snapshots  # noqa: SLF001 - the client's view of agl.rollouts
-    return sum(1 for rid in enq.tasks if (s := snapshots.get(rid)) is not None and s.rollout.status in wanted)
+    return sum(1 for rid in enq.tasks if (s := store.view.snapshot(rid)) is not None and s.rollout.status in wanted)
 
 
 def assert_exactly_once(result: Audit) -> None:

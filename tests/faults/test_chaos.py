@@ -44,7 +44,7 @@ PARTITION_S = 12.0
 
 def running_on(store: StoreClient, enq: Enqueued, worker_suffix: str) -> int:
     """Rollouts of ``enq`` running an attempt on the worker whose id ends with ``worker_suffix``."""
-    snaps = [store._snapshots.get(rid) for rid in enq.tasks]  # noqa: SLF001 - the client's view of agl.rollouts
+    snaps = [store.view.snapshot(rid) for rid in enq.tasks]  # the client's view of agl.rollouts
     return sum(1 for s in snaps if s is not None and s.rollout.status == "running" and s.attempt is not None
                and (s.attempt.worker_id or "").endswith(worker_suffix))  # fmt: skip
 

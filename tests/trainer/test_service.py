@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 async def _runner(settings: Settings, stop: asyncio.Event, versions_seen: list[int]) -> None:
-    tasks = RecordConsumer(settings, [settings.topic("tasks")], group_id="agl-runners")
+    tasks = RecordConsumer(settings, [settings.topic("tasks")], group_id=settings.group("runners"))
     resources = RecordConsumer(settings, [settings.topic("resources")], group_id=None)
     await tasks.start()
     await resources.start()
