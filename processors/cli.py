@@ -98,7 +98,9 @@ def sink_command(
         None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps"
     ),
     batch_size: int = typer.Option(5000, "--batch-size", min=1, help="records per insert"),
-    max_wait: float = typer.Option(0.5, "--max-wait", min=0.01, help="seconds a batch may wait to fill"),
+    max_wait: Optional[float] = typer.Option(
+        None, "--max-wait", min=0.01, help="seconds a batch may wait to fill (default: each sink's own, 0.2-2 s)"
+    ),
     until_idle: Optional[float] = typer.Option(None, "--until-idle", help="exit after this many idle seconds (drain mode)"),
     health_interval: float = typer.Option(10.0, "--health-interval", help="seconds between health lines on stdout"),
     apply_migrations: Optional[bool] = typer.Option(

@@ -45,7 +45,7 @@ class SinkStopped(Exception):
 @dataclass(frozen=True)
 class SinkOptions:
     batch_size: int = 5000
-    max_wait: float = 0.5
+    max_wait: Optional[float] = None  # None: each sink's own (SinkSpec.max_wait)
     poll_timeout: float = 0.5
     retry_initial: float = 0.2
     retry_max: float = 10.0
@@ -107,6 +107,10 @@ class Sink:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def max_wait(self) -> float:
+        return self.options.max_wait if self.options.max_wait is not None else self.spec.max_wait
+
     async def run(self, stop: asyncio.Event) -> SinkStats:
         """Collect the next batch while the previous one is written (at most one write in flight, in order)."""
         consumer = RecordConsumer(
@@ -161,7 +165,7 @@ class Sink:
                 self.stats.last_record_at = time.monotonic()
                 self.stats.pending += len(good) + len(bad)
                 if deadline is None:
-                    deadline = time.monotonic() + self.options.max_wait
+                    deadline = time.monotonic() + self.max_wait
             if len(batch.records) >= self.options.batch_size or not batch.records:
                 break  # full, or an idle poll: hand back so the caller re-checks ``stop``
         return batch

@@ -32,6 +32,9 @@ class SinkSpec:
     table: str
     schema: pa.Schema
     to_rows: RowsOf
+    #: seconds a batch may wait to fill: short where something waits on the row (an attempt's
+    #: triplets, a rollout's status), long where rows are only analysed (fewer, larger inserts)
+    max_wait: float = 0.5
 
     @property
     def group_id(self) -> str:
@@ -45,12 +48,12 @@ def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str,
 SINKS: dict[str, SinkSpec] = {
     spec.name: spec
     for spec in (
-        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows),
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
-        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows),
-        SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows),
+        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2),
+        SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows, max_wait=0.2),
         SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
-        SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows),
+        SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows, max_wait=2.0),
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
         SinkSpec("training_steps", "training_steps", TrainingStep, "training_steps", rows.TRAINING_STEP_SCHEMA,
                  rows.training_step_rows),  # fmt: skip

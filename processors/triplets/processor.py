@@ -104,6 +104,7 @@ class TripletProcessor:
         # adapted-to-be attempts waiting for the state machine's decision: key -> (attempt, since when)
         self._awaiting: dict[AttemptKey, tuple[PendingAttempt, float]] = {}
         self._rollouts_reader: Optional[AIOKafkaConsumer] = None
+        self._emit_lock = asyncio.Lock()  # the main loop and the rollouts follower both emit
         self._last_prune = 0.0
         self.counts: Counter[str] = Counter()
         self.ready = asyncio.Event()  # set once partitions are assigned
@@ -141,8 +142,12 @@ class TripletProcessor:
             "triplets: %s + %s -> %s with %r", self.spans_topic, self.attempts_topic, self.triplets_topic, self.adapter
         )
         last_commit = time.monotonic()
+        follower = asyncio.create_task(self._follow_rollouts(stop), name="triplets-rollouts-follower")
         try:
             while not stop.is_set():
+                if follower.done():
+                    follower.result()  # the follower never returns while running: this raises its error
+                    raise RuntimeError("triplets: the agl.rollouts follower stopped")
                 records = await consumer.getmany(timeout=self.options.poll_timeout)
                 if consumer.raw.assignment():
                     self.ready.set()
@@ -152,10 +157,11 @@ class TripletProcessor:
                     self.first_record_at = now
                 for record in records:
                     await self._ingest(record, now)
-                await self._learn_decisions(now)
+                self._prune_decisions(now)
                 for item in self.buffer.take_ready(now):
                     self._awaiting[item.key] = (item, now)
-                await self._emit_decided(now)
+                async with self._emit_lock:
+                    await self._emit_decided(now)
                 for item in self.buffer.take_abandoned(now):
                     await self._abandon(item)
                 if self._fatal is not None:
@@ -166,6 +172,8 @@ class TripletProcessor:
                     self._release_deferred(consumer)
                     last_commit = time.monotonic()
         finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
             try:
                 await producer.flush(timeout=producer.delivery_timeout)
             finally:
@@ -198,21 +206,35 @@ class TripletProcessor:
         await reader.seek_to_beginning(*partitions)
         self._rollouts_reader = reader
 
-    async def _learn_decisions(self, now: float) -> None:
+    async def _follow_rollouts(self, stop: asyncio.Event) -> None:
+        """Learn the state machine's decisions as its snapshots arrive and emit what they decide at once
+        (not at the main loop's next poll: a rollout's triplet row should follow its status closely)."""
         assert self._rollouts_reader is not None
-        batches = await self._rollouts_reader.getmany(timeout_ms=0, max_records=5000)
-        for records in batches.values():
-            for record in records:
-                try:
-                    self.decisions.learn(decode(record.value, RolloutSnapshot), now)
-                except RecordError:
-                    self.counts["invalid_snapshots"] += 1  # the rollouts sink dead-letters it
+        while not stop.is_set():
+            batches = await self._rollouts_reader.getmany(timeout_ms=int(self.options.poll_timeout * 1000), max_records=5000)
+            now = time.monotonic()
+            learned = 0
+            for records in batches.values():
+                for record in records:
+                    try:
+                        self.decisions.learn(decode(record.value, RolloutSnapshot), now)
+                        learned += 1
+                    except RecordError:
+                        self.counts["invalid_snapshots"] += 1  # the rollouts sink dead-letters it
+            if learned and self._awaiting:
+                async with self._emit_lock:
+                    await self._emit_decided(now)
+
+    def _prune_decisions(self, now: float) -> None:
         if now - self._last_prune >= 60.0:
             self._last_prune = now
             self.counts["rollouts_forgotten"] += self.decisions.prune(now)
 
     async def _emit_decided(self, now: float) -> None:
+        """Emit the awaiting attempts the state machine decided on (callers hold ``_emit_lock``)."""
         for key, (item, since) in list(self._awaiting.items()):
+            if key not in self._awaiting:
+                continue  # moved to another group member while an earlier one was being emitted
             finished = item.finished
             assert finished is not None
             decision = self.decisions.decide(item.rollout_id, item.attempt_id, finished.attempt_sequence_id)
