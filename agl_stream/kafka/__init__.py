@@ -2,10 +2,11 @@
 
 from agl_stream.kafka._consumer import Decoded, RecordConsumer, Rejected
 from agl_stream.kafka._offsets import OffsetTracker
-from agl_stream.kafka._options import connection_options
+from agl_stream.kafka._options import LOW_LATENCY_FETCH_WAIT_MS, connection_options
 from agl_stream.kafka._producer import KafkaUnavailable, RecordProducer, is_retriable, start_with_retry
 
 __all__ = [
+    "LOW_LATENCY_FETCH_WAIT_MS",
     "Decoded",
     "KafkaUnavailable",
     "OffsetTracker",

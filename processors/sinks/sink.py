@@ -114,7 +114,8 @@ class Sink:
     async def run(self, stop: asyncio.Event) -> SinkStats:
         """Collect the next batch while the previous one is written (at most one write in flight, in order)."""
         consumer = RecordConsumer(
-            self.settings, [self.topic], self.spec.group_id, max_poll_records=self.options.batch_size
+            self.settings, [self.topic], self.spec.group_id, max_poll_records=self.options.batch_size,
+            fetch_max_wait_ms=self.spec.fetch_max_wait_ms,
         )
         await consumer.start()
         logger.info("sink %s: %s -> table %s (group %s)", self.name, self.topic, self.spec.table, self.spec.group_id)

@@ -18,6 +18,7 @@ from agl_stream.types import (
     Trajectory,
     Worker,
 )
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream_processors.clickhouse import rows
 from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
 
@@ -35,6 +36,8 @@ class SinkSpec:
     #: seconds a batch may wait to fill: short where something waits on the row (an attempt's
     #: triplets, a rollout's status), long where rows are only analysed (fewer, larger inserts)
     max_wait: float = 0.5
+    #: the consumer's fetch_max_wait_ms: short on the hops something waits on (see LOW_LATENCY_FETCH_WAIT_MS)
+    fetch_max_wait_ms: int = 500
 
     @property
     def group_id(self) -> str:
@@ -50,8 +53,10 @@ SINKS: dict[str, SinkSpec] = {
     for spec in (
         SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
-        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2),
-        SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows, max_wait=0.2),
+        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,
+                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),
+        SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows, max_wait=0.2,
+                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),
         SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
         SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows, max_wait=2.0),
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),

@@ -50,7 +50,7 @@ from aiokafka.structs import ConsumerRecord
 from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
-from agl_stream.kafka import RecordConsumer, RecordProducer, connection_options, start_with_retry
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer, RecordProducer, connection_options, start_with_retry
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
 from agl_stream_processors.dlq import DeadLetterWriter
@@ -126,6 +126,7 @@ class TripletProcessor:
             [self.spans_topic, self.attempts_topic],
             self.options.group_id or f"{self.settings.topic_prefix}-triplets",
             max_poll_records=self.options.max_poll_records,
+            fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
         )
         producer = RecordProducer(self.settings)
         await producer.start()
@@ -199,7 +200,7 @@ class TripletProcessor:
     async def _start_rollouts_reader(self) -> None:
         """Read every partition of ``agl.rollouts`` from the start, outside the group (see the module doc)."""
         reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False,
-                                  auto_offset_reset="earliest")  # fmt: skip
+                                  auto_offset_reset="earliest", fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
         await start_with_retry(reader, "triplets rollouts reader", 30.0)
         partitions = [TopicPartition(self.rollouts_topic, p) for p in range(self.settings.partitions)]
         reader.assign(partitions)

@@ -234,18 +234,22 @@ async def test_thousand_bad_records_are_dead_lettered_and_good_ones_processed(to
             await h.run_attempt(task, "succeeded")
         for task in good:
             await h.wait_status(task.rollout_id, "succeeded")
-        letters: list[DeadLetter] = []
+        # at least once: a record replayed after the first rebalance is dead-lettered again; its letter names
+        # the same source position (which is also the dead_letters table's key, so the table keeps one)
+        by_position: dict[tuple[str, int, int], DeadLetter] = {}
         async with RecordConsumer(topics, [topics.topic("dlq")], None) as consumer:
             for _ in range(300):
                 got, _ = await consumer.get_decoded(DeadLetter, timeout=0.1)
-                letters.extend(d.value for d in got)
-                if len(letters) >= n_bad:
+                by_position.update(((d.value.source_topic, d.value.partition, d.value.offset), d.value) for d in got)  # type: ignore[misc]
+                if len(by_position) >= n_bad:
                     break
+        letters = list(by_position.values())
         assert len(letters) == n_bad
         assert all(letter.processor == "state-machine" and letter.reason for letter in letters)
         assert sorted(letter.payload for letter in letters) == sorted(garbage[i % len(garbage)] or b"" for i in range(n_bad))
         assert h.machine.counts["unreadable_spans"] == 1  # spans are dead-lettered by their owners
-        assert h.machine.health()["dead_letters"] == {"invalid_record": n_bad}
+        counted = h.machine.health()["dead_letters"]
+        assert set(counted) == {"invalid_record"} and counted["invalid_record"] >= n_bad  # replays count again
 
 
 async def test_state_survives_a_restart_through_the_changelog(topics: Settings) -> None:
