@@ -97,7 +97,7 @@ class SpanExportPipeline:
         overflow: OverflowPolicy = "block",
         block_timeout: float = 30.0,
         batch_size: int = 512,
-        linger: float = 0.005,
+        linger: float = 0.05,
     ) -> None:
         if overflow not in ("block", "drop"):
             raise ValueError(f"overflow must be 'block' or 'drop', not {overflow!r}")

@@ -20,7 +20,7 @@ from agl_stream.types import (
 )
 from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream_processors.clickhouse import rows
-from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
+from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_rows_from_record, span_to_row
 
 RowsOf = Callable[[Any, Optional[int]], list[dict[str, Any]]]
 
@@ -38,6 +38,8 @@ class SinkSpec:
     max_wait: float = 0.5
     #: the consumer's fetch_max_wait_ms: short on the hops something waits on (see LOW_LATENCY_FETCH_WAIT_MS)
     fetch_max_wait_ms: int = 500
+    #: rows straight from a record's bytes, or None to decode it with ``model`` first (see Sink._rows)
+    fast_rows: Optional[Callable[[Optional[bytes], Optional[int]], Optional[list[dict[str, Any]]]]] = None
 
     @property
     def group_id(self) -> str:
@@ -51,7 +53,7 @@ def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str,
 SINKS: dict[str, SinkSpec] = {
     spec.name: spec
     for spec in (
-        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0),
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, fast_rows=span_rows_from_record),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
         SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,
                  fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),

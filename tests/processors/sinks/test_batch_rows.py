@@ -6,6 +6,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
+from agl_stream.serialization import encode
 from agl_stream.types import Trajectory, Triplet
 from agl_stream_processors.clickhouse.columns import RowError, float_list, uint32_list
 from agl_stream_processors.sinks.sink import Sink, _Batch
@@ -13,8 +14,8 @@ from agl_stream_processors.sinks.specs import SINKS
 from tests.processors.clickhouse.store import make_trajectory
 
 
-def _record(offset: int) -> ConsumerRecord:
-    return ConsumerRecord("agl.triplets", 0, offset, 1_700_000_000_000, 0, b"k", b"{}", None, 1, 2, [])
+def _record(offset: int, value: bytes = b"{}") -> ConsumerRecord:
+    return ConsumerRecord("agl.triplets", 0, offset, 1_700_000_000_000, 0, b"k", value, None, 1, 2, [])
 
 
 def _sink() -> Sink:
@@ -32,14 +33,15 @@ def test_unconvertible_records_are_isolated_and_the_rest_kept() -> None:
     )  # fmt: skip  # caught only when pyarrow builds the column
     batch = _Batch()
     for offset, value in enumerate([good, bad_tokens, bad_logprobs]):
-        batch.good.append((value, _record(offset)))
-        batch.records.append(_record(offset))
+        batch.records.append(_record(offset, encode(value)))
+    batch.records.append(_record(3, b"not a trajectory"))  # caught when decoding
     table, bad = _sink()._rows(batch)
     assert table.column("RolloutId").to_pylist() == ["ro-000000000001", "ro-000000000001"]
     reasons = {record.offset: reason for reason, _kind, record in bad}
-    assert set(reasons) == {1, 2}
+    assert set(reasons) == {1, 2, 3}
     assert "outside the integers" in reasons[1]
     assert "ResponseLogprobs" in reasons[2]
+    assert "not valid JSON" in reasons[3] and {k for _, k, r in bad if r.offset == 3} == {"RecordError"}
 
 
 @pytest.mark.parametrize("values", [[-1], [2**32], ["7"], [1, "x"], "123", 5])
