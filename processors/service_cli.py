@@ -30,7 +30,7 @@ def processors(
     ),
     retention_seconds: Optional[float] = typer.Option(None, help="state-machine: keep finished rollouts this long"),
     sink_batch_size: Optional[int] = typer.Option(
-        None, min=1, help="sinks: records per insert (default 5000); a sink holds at most two batches"
+        None, min=1, help="sinks: records per insert (default 1000); a sink holds at most two batches"
     ),
     health_interval: float = typer.Option(10.0, help="seconds between health reports"),
     health_file: Optional[Path] = typer.Option(None, help="also write the health report (JSON) to this file"),

@@ -38,6 +38,8 @@ class SinkSpec:
     max_wait: float = 0.5
     #: the consumer's fetch_max_wait_ms: short on the hops something waits on (see LOW_LATENCY_FETCH_WAIT_MS)
     fetch_max_wait_ms: int = 500
+    #: the consumer's fetch_min_bytes: bulk sinks let the broker gather more per fetch (fewer requests)
+    fetch_min_bytes: int = 1
     #: rows straight from a record's bytes, or None to decode it with ``model`` first (see Sink._rows)
     fast_rows: Optional[Callable[[Optional[bytes], Optional[int]], Optional[list[dict[str, Any]]]]] = None
 
@@ -53,7 +55,8 @@ def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str,
 SINKS: dict[str, SinkSpec] = {
     spec.name: spec
     for spec in (
-        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, fast_rows=span_rows_from_record),
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, fast_rows=span_rows_from_record,
+                 fetch_min_bytes=256 * 1024),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
         SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,
                  fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),

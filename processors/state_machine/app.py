@@ -57,6 +57,7 @@ from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from agl_stream_processors.dlq import DeadLetterWriter
 from agl_stream_processors.state_machine import rules
 from agl_stream_processors.state_machine.catchup import read_to_end
+from agl_stream_processors.state_machine.liveness import SpanLivenessReader
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
 from agl_stream_processors.state_machine.rules import Outcome, RolloutState
@@ -119,6 +120,7 @@ class RolloutStateMachine:
         self._expiry: list[tuple[float, str]] = []
         self._recovered_at = 0.0
         self._app: Any = None
+        self._spans: Optional[SpanLivenessReader] = None
         self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ faust wiring
@@ -131,7 +133,7 @@ class RolloutStateMachine:
         Path(options["datadir"]).mkdir(parents=True, exist_ok=True)
         app = faust.App(self.app_id, **options)
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
-        source = app.topic(s.topic("tasks"), s.topic("attempts"), s.topic("spans"), **raw)
+        source = app.topic(s.topic("tasks"), s.topic("attempts"), **raw)  # spans: the liveness reader
         changelog = app.topic(CHANGELOG.name(s), partitions=s.partitions, compacting=True, internal=False, **raw)
         self._table = app.Table(
             "rollouts", default=None, partitions=s.partitions, changelog_topic=changelog, use_partitioner=True,
@@ -151,8 +153,11 @@ class RolloutStateMachine:
 
         await ensure_topics(self.settings, specs=[*CATALOG, CHANGELOG], strict=True)
         app = self.build_app()
+        self._spans = SpanLivenessReader(self.settings, f"{self.app_id}-spans", self._span_seen)
+        await self._spans.start()
         await app.start()
         logger.info("state machine %s started", self.app_id)
+        reader = asyncio.create_task(self._spans.run(stop), name=f"{self.app_id}.spans")
         try:
             while not stop.is_set():
                 if app.should_stop or getattr(app, "crash_reason", None) is not None:
@@ -161,11 +166,16 @@ class RolloutStateMachine:
                     await asyncio.wait_for(stop.wait(), timeout=0.5)
                 except asyncio.TimeoutError:
                     pass
+                if reader.done():
+                    reader.result()  # the reader only returns when asked to stop: this raises its error
         finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
             for task in list(self._background):
                 task.cancel()
             await asyncio.gather(*self._background, return_exceptions=True)
             await app.stop()
+            await self._spans.stop()
 
     def health(self) -> dict[str, Any]:
         return {
@@ -183,7 +193,7 @@ class RolloutStateMachine:
         if consumer is None:
             return {}
         try:
-            source = {self.settings.topic(t) for t in ("tasks", "attempts", "spans")}
+            source = {self.settings.topic(t) for t in ("tasks", "attempts")}
             assigned = [tp for tp in consumer.assignment() if tp.topic in source]
             active = consumer._get_active_partitions()  # noqa: SLF001 - faust keeps no public accessor
             positions: dict[str, Any] = {}
@@ -286,11 +296,6 @@ class RolloutStateMachine:
     async def _handle(self, event: Any) -> None:
         message = event.message
         topic, value, now = message.topic, message.value, time.time()
-        if topic == self.settings.topic("spans"):
-            outcome = self._on_span(value, now)
-            if outcome is not None:
-                await self._apply(outcome)
-            return
         if topic == self.settings.topic("tasks"):
             try:
                 task = decode(value, AttemptedRollout)
@@ -319,19 +324,28 @@ class RolloutStateMachine:
             return
         await self._apply(rules.on_attempt_event(self._load(rid), attempt_event, now))
 
-    def _on_span(self, value: Optional[bytes], now: float) -> Optional[Outcome]:
-        """Fast path: only the ids are read; a running attempt's span is just a heartbeat."""
+    async def _span_seen(self, value: Optional[bytes], now: float) -> None:
+        """A span from the liveness reader: a running attempt's heartbeat, or a change to apply.
+
+        The heartbeat needs no lock (no await between the check and the write). A change is computed
+        *under* the lock from the state as it is then: the faust agent may have changed the rollout
+        while this waited (a task processed meanwhile must not be overwritten by a stale copy).
+        """
         try:
             rid, aid = _span_ids(value)
         except (RecordError, KeyError, TypeError):
             # spans are dead-lettered by their owners (triplet processor, span sink); here they only count as liveness
             self.counts["unreadable_spans"] += 1
-            return None
+            return
         self.counts["spans"] += 1
         if self._running.get(rid) == aid:
             self._last_seen[rid] = now
-            return None
-        return rules.on_activity(self._load(rid), aid, now, rollout_id=rid)
+            return
+        async with self._lock:
+            if self._running.get(rid) == aid:  # another span of this attempt started it while this waited
+                self._last_seen[rid] = now
+                return
+            await self._apply(rules.on_activity(self._load(rid), aid, now, rollout_id=rid))
 
     async def _dead_letter(self, event: Any, reason: str, error_type: str, kind: str) -> None:
         message = event.message
@@ -360,6 +374,9 @@ class RolloutStateMachine:
     async def _on_recover(self) -> None:
         """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots."""
         self._shorten_fetch_wait()
+        assert self._spans is not None
+        await self._spans.assign(tp.partition for tp in self._app.consumer.assignment()
+                                 if tp.topic == self.settings.topic("attempts"))  # fmt: skip
         now = time.time()
         async with self._lock:
             await self._rewind_uncommitted()
@@ -398,7 +415,7 @@ class RolloutStateMachine:
         replays them; the rules ignore whatever the table already reflects.
         """
         consumer = self._app.consumer
-        source = {self.settings.topic(t) for t in ("tasks", "attempts", "spans")}
+        source = {self.settings.topic(t) for t in ("tasks", "attempts")}
         committed = await consumer.seek_to_committed()  # faust's only way to read them; it seeks again itself
         rewind = {tp: 0 for tp, offset in committed.items() if tp.topic in source and (offset is None or offset < 0)}
         if rewind:

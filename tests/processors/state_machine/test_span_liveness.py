@@ -1,0 +1,73 @@
+"""Spans reach the state machine beside faust (the liveness reader): a change a span brings is
+computed from the rollout's state as it is when the state machine's lock is taken, never from a
+copy read before a task or attempt event was applied. Pure logic: the table and the output topics
+are in-memory stand-ins; the broker path is covered by test_state_machine.py and the fault suite."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agl_stream.config import Settings
+from agl_stream.serialization import decode, encode
+from agl_stream.types import Attempt, AttemptedRollout, RolloutSnapshot, Span
+from agl_stream_processors.state_machine import rules
+from agl_stream_processors.state_machine.app import RolloutStateMachine
+
+R, A = "ro-000000000001", "at-00000001"
+
+
+class RecordingTopic:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send(self, key: bytes, value: bytes) -> Any:
+        self.sent.append(value)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def machine() -> tuple[RolloutStateMachine, RecordingTopic]:
+    sm = RolloutStateMachine(Settings())
+    rollouts = RecordingTopic()
+    sm._table = {}  # noqa: SLF001 - the faust table's mapping interface is all the rules path uses
+    sm._rollouts = rollouts  # noqa: SLF001
+    sm._tasks = RecordingTopic()  # noqa: SLF001
+    return sm, rollouts
+
+
+def span() -> bytes:
+    return encode(Span(rollout_id=R, attempt_id=A, sequence_id=1, trace_id="t", span_id="s", name="llm"))
+
+
+def task() -> AttemptedRollout:
+    return AttemptedRollout(rollout_id=R, input={"q": 1}, mode="train",
+                            attempt=Attempt(rollout_id=R, attempt_id=A, sequence_id=1))  # fmt: skip
+
+
+async def test_a_span_waiting_for_the_lock_does_not_overwrite_the_task_applied_meanwhile() -> None:
+    sm, rollouts = machine()
+    async with sm._lock:  # noqa: SLF001 - the faust agent is applying the task
+        waiting = asyncio.create_task(sm._span_seen(span(), 1.0))  # noqa: SLF001 - the rollout is unknown yet
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await sm._apply(rules.on_task(None, task(), 0.5))  # noqa: SLF001
+    await waiting
+    state = sm._load(R)  # noqa: SLF001
+    assert state is not None and state.has_task, "the span's stale copy replaced the task's state"
+    assert (state.rollout.status, state.attempt.status) == ("running", "running")  # type: ignore[union-attr]
+    published = [decode(v, RolloutSnapshot).rollout.status for v in rollouts.sent]
+    assert published == ["queuing", "running"]
+
+
+async def test_heartbeats_of_a_running_attempt_change_nothing_and_need_no_lock() -> None:
+    sm, rollouts = machine()
+    await sm._apply(rules.on_task(None, task(), 0.5))  # noqa: SLF001
+    await sm._span_seen(span(), 1.0)  # noqa: SLF001 - makes it running
+    sent = len(rollouts.sent)
+    async with sm._lock:  # noqa: SLF001 - a heartbeat must not wait on the agent
+        await asyncio.wait_for(sm._span_seen(span(), 2.0), timeout=1.0)  # noqa: SLF001
+    assert len(rollouts.sent) == sent and sm._last_seen[R] == 2.0  # noqa: SLF001
+    await sm._span_seen(b"junk", 3.0)  # noqa: SLF001
+    assert sm.counts["unreadable_spans"] == 1 and sm.counts["spans"] == 2
