@@ -35,7 +35,7 @@ from agl_stream.broker import LocalBroker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.serialization import decode  # noqa: E402
-from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, RolloutSnapshot, Span  # noqa: E402
+from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, Rollout, RolloutSnapshot, Span  # noqa: E402
 from agl_stream_processors.state_machine import RolloutStateMachine, StateMachineOptions  # noqa: E402
 from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions  # noqa: E402
 from agl_stream_topics.admin import ensure_topics  # noqa: E402
@@ -62,10 +62,17 @@ def attempt_spans(rid: str, aid: str, n: int, now: float) -> list[Span]:
     return spans
 
 
-async def produce_attempt(producer: RecordProducer, s: Settings, rid: str, aid: str, n_spans: int) -> Any:
+async def produce_attempt(producer: RecordProducer, s: Settings, rid: str, aid: str, n_spans: int,
+                          *, decided: bool = False) -> Any:
     futures = [await producer.send(s.topic("spans"), span, key=rid) for span in attempt_spans(rid, aid, n_spans, time.time())]
     finished = AttemptEvent(kind="finished", rollout_id=rid, attempt_id=aid, status="succeeded", span_count=n_spans)
     futures.append(await producer.send(s.topic("attempts"), finished, key=rid))
+    if not decided:
+        return futures
+    # the state machine's terminal snapshot, which decides the trajectory `final` (the triplet benchmark runs no state machine)
+    attempt = Attempt(rollout_id=rid, attempt_id=aid, sequence_id=1, status="succeeded")
+    done = RolloutSnapshot(rollout=Rollout(rollout_id=rid, status="succeeded"), attempt=attempt, attempts=1)
+    futures.append(await producer.send(s.topic("rollouts"), done, key=rid))
     return futures
 
 
@@ -82,7 +89,7 @@ async def bench_triplets(s: Settings, attempts: int, n_spans: int, rate: float, 
     async with RecordProducer(s) as producer:
         futures = []
         for a in range(attempts):
-            futures += await produce_attempt(producer, s, f"ro-{a:012x}", f"at-{a:08x}", n_spans)
+            futures += await produce_attempt(producer, s, f"ro-{a:012x}", f"at-{a:08x}", n_spans, decided=True)
         await asyncio.gather(*futures)
     raw = await raw_consume(s, attempts * n_spans)
     processor = TripletProcessor(s, options=TripletProcessorOptions(group_id="bench-triplets", poll_timeout=0.05))
@@ -111,8 +118,8 @@ async def bench_triplets(s: Settings, attempts: int, n_spans: int, rate: float, 
         while sent < n_live or len(latencies) < n_live:
             while sent < n_live and time.perf_counter() - start >= sent / rate:
                 rid = f"ro-{attempts + sent:012x}"
-                futures = await produce_attempt(producer, s, rid, f"at-{attempts + sent:08x}", n_spans)
-                meta = await futures[-1]
+                futures = await produce_attempt(producer, s, rid, f"at-{attempts + sent:08x}", n_spans, decided=True)
+                meta = await futures[-2]  # the finished event
                 finished_ts[rid] = meta.timestamp
                 sent += 1
             for record in await out.getmany(timeout=0.01):
