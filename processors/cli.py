@@ -97,7 +97,7 @@ def sink_command(
     names: Optional[list[str]] = typer.Argument(
         None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps"
     ),
-    batch_size: int = typer.Option(5000, "--batch-size", min=1, help="records per insert"),
+    batch_size: int = typer.Option(1000, "--batch-size", min=1, help="records per insert (SinkOptions.batch_size)"),
     max_wait: Optional[float] = typer.Option(
         None, "--max-wait", min=0.01, help="seconds a batch may wait to fill (default: each sink's own, 0.2-2 s)"
     ),

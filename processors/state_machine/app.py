@@ -1,4 +1,5 @@
-"""The rollout state machine as a faust app: one agent over ``agl.tasks``, ``agl.attempts`` and ``agl.spans``.
+"""The rollout state machine as a faust app: one agent over ``agl.tasks`` and ``agl.attempts``; spans
+(liveness only) arrive beside faust through :class:`~.liveness.SpanLivenessReader`.
 
 State lives in a faust Table (in memory, restored from a compacted changelog topic that ``run``
 pre-creates with ``agl_stream_topics.admin.ensure_topics`` and the rollout partition count; faust itself never
@@ -18,8 +19,9 @@ when it picks the changelog partition from the current event; this table uses th
 partitioner instead (``use_partitioner=True``: same murmur2 partitioner and partition count as the
 source topics, so the changelog stays co-partitioned) and can be written from the timer.
 
-Spans are the bulk of the input: a span of an attempt already ``running`` only refreshes an
-in-memory "last seen" time (no decode of the state, no changelog write). After a restart those
+Spans are the bulk of the input: the liveness reader reads only their ids, and a span of an attempt
+already ``running`` only refreshes an in-memory "last seen" time (no decode of the state, no
+changelog write, no lock); a span that changes the state is applied under the agent's lock. After a restart those
 times are gone, so every watched attempt gets a fresh ``unresponsive_seconds`` window from the
 recovery time (never a false "unresponsive").
 
