@@ -101,7 +101,7 @@ def sink_command(
     max_wait: Optional[float] = typer.Option(
         None, "--max-wait", min=0.01, help="seconds a batch may wait to fill (default: each sink's own, 0.2-2 s)"
     ),
-    until_idle: Optional[float] = typer.Option(None, "--until-idle", help="exit after this many idle seconds (drain mode)"),
+    until_idle: Optional[float] = typer.Option(None, "--until-idle", help="exit once every sink has read to the end of its topic and seen no record for this many seconds (drain mode)"),
     health_interval: float = typer.Option(10.0, "--health-interval", help="seconds between health lines on stdout"),
     apply_migrations: Optional[bool] = typer.Option(
         None, "--migrate/--no-migrate", help="apply pending migrations first (default: only with the embedded engine)"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Iterable, Optional, Sequence, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 from pydantic import BaseModel
 
@@ -137,6 +138,24 @@ class RecordConsumer:
                 self.tracker.delivered(tp, record.offset)
                 out.append(record)
         return out
+
+    async def caught_up(self) -> bool:
+        """Whether this consumer has been handed every record up to each assigned partition's high watermark.
+
+        Uses the high watermark of the latest fetch (unknown before the first fetch: not caught up),
+        so it is a snapshot: records produced since then are not counted.
+        """
+        assigned = self._consumer.assignment()
+        if not assigned:
+            return False
+        try:
+            for tp in assigned:
+                highwater = self._consumer.highwater(tp)
+                if highwater is None or await self._consumer.position(tp) < highwater:
+                    return False
+        except IllegalStateError:  # revoked while we looked: a rebalance is not a caught-up state
+            return False
+        return True
 
     async def get_decoded(
         self, model: type[M], timeout: float = 1.0, max_records: Optional[int] = None

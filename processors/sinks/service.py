@@ -11,8 +11,8 @@ one shared DLQ producer, runs every selected sink until ``stop`` is set, and ret
 statistics. With the embedded engine and ``door`` options it also serves the engine's SQL door
 (:mod:`agl_stream_processors.clickhouse.door`): the one way other local processes can read the
 engine while the sinks own it. With ``idle_exit`` it also stops by itself once every sink has been assigned partitions,
-has nothing pending and has seen no record for that many seconds (drain mode, for batch jobs and
-tests).
+has fetched up to their high watermarks, has nothing pending and has seen no record for that many
+seconds (drain mode, for batch jobs and tests).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class SinkService:
         return {sink.name: sink.stats.as_dict() for sink in self.sinks}
 
     def idle_for(self) -> Optional[float]:
-        """Seconds since the last record of any sink, once all are ready and drained; else ``None``."""
-        if not self.sinks or not all(s.stats.ready and s.stats.pending == 0 for s in self.sinks):
+        """Seconds since the last record of any sink, once all are assigned, caught up and written; else ``None``."""
+        if not self.sinks or not all(s.stats.ready and s.stats.caught_up and s.stats.pending == 0 for s in self.sinks):
             return None
         return time.monotonic() - max(s.stats.last_record_at for s in self.sinks)
 

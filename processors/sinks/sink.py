@@ -63,7 +63,8 @@ class SinkStats:
     commits: int = 0
     last_error: Optional[str] = None
     last_record_at: float = field(default_factory=time.monotonic)
-    ready: bool = False
+    ready: bool = False  # partitions assigned
+    caught_up: bool = False  # as of the last idle poll: every record up to the high watermarks was fetched
     pending: int = 0  # records fetched and not yet written
     max_pending: int = 0  # the bound on ``pending``: two batches (see the module docstring)
 
@@ -78,6 +79,7 @@ class SinkStats:
             "pending": self.pending,
             "max_pending": self.max_pending,
             "ready": self.ready,
+            "caught_up": self.caught_up,
             "last_error": self.last_error,
         }
 
@@ -156,8 +158,11 @@ class Sink:
                     break
             room = self.options.batch_size - len(batch.records)
             records = await consumer.getmany(timeout=timeout, max_records=room)
-            self.stats.ready = self.stats.ready or bool(consumer.raw.assignment())
+            if not self.stats.ready and consumer.raw.assignment():
+                self.stats.ready = True
+                self.stats.last_record_at = time.monotonic()  # idle time counts from the assignment, not from start
             batch.records.extend(records)
+            self.stats.caught_up = not records and await consumer.caught_up()
             if records:
                 self.stats.last_record_at = time.monotonic()
                 self.stats.pending += len(records)

@@ -56,6 +56,24 @@ async def test_every_topic_lands_in_its_table(topics: Settings, ch: ClickHouse) 
     assert rows == [(0, [1, 2, 3], [7, 8], [-0.5, -0.25], None, 1.0, 3), (1, [1, 2, 4], [7, 8], [-0.5, -0.25], 1.0, 1.0, 3)]
 
 
+async def test_drain_mode_waits_until_every_record_is_fetched(topics: Settings, ch: ClickHouse) -> None:
+    """``idle_exit`` counts from the moment the sinks are assigned and caught up, never from their start.
+
+    Short polls and a tiny idle bound make the race likely: a poll that sees the assignment before
+    the first fetch returns nothing, and a sink that called that idle stopped with the topic unread
+    (the bug behind a CI failure, where the group join took longer than the idle bound).
+    """
+    rollouts = [f"ro-{i:012x}" for i in range(40)]
+    await _produce(topics, "spans", [(r, make_span(r, sequence_id=s)) for r in rollouts for s in range(1, 6)])
+    short_polls = SinkOptions(batch_size=500, max_wait=0.01, poll_timeout=0.01)
+
+    stats = await run_sinks(topics, ["spans"], ch=ch, options=short_polls, idle_exit=0.05)
+
+    assert stats["spans"].records == 200
+    assert stats["spans"].caught_up
+    assert ch.scalar("SELECT count() FROM spans FINAL") == 200
+
+
 def _malformed(i: int, good: Span) -> bytes | None:
     """Ten kinds of bad records: undecodable, wrong schema, invalid fields, unstorable values."""
     envelope = json.loads(encode(good))
