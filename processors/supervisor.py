@@ -29,11 +29,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: environment for the app that owns the embedded ClickHouse engine: one jemalloc arena and no thread
-#: caches inside chdb (about 150 MB less peak RSS on the benchmark). Returning freed pages at once as
-#: well (``dirty_decay_ms:0,muzzy_decay_ms:0``) saves another ~250 MB but costs ~2 ms of kernel time
-#: per rollout in page faults (measured: sinks 4.7 -> 6.8 ms/rollout); set JE_MALLOC_CONF to choose.
-SINKS_ENV = {"JE_MALLOC_CONF": "narenas:1,tcache:false"}
+#: environment for the app that owns the embedded ClickHouse engine (docs/performance.md, "Memory").
+#: One jemalloc arena and no thread caches inside chdb: about 150 MB less peak RSS on the benchmark.
+#: Returning freed pages at once as well (``dirty_decay_ms:0,muzzy_decay_ms:0``) costs ~2 ms of kernel
+#: time per rollout in page faults (sinks 4.7 -> 6.8 ms/rollout); a 1 s decay changed neither RSS nor
+#: CPU measurably. pyarrow's default pool (mimalloc) kept 60-100 MB more at peak than the system
+#: allocator for the sinks' short-lived arrow batches, at no measurable CPU. A variable already set
+#: in the environment wins.
+SINKS_ENV = {"JE_MALLOC_CONF": "narenas:1,tcache:false", "ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
 @dataclass

@@ -67,3 +67,29 @@ def test_processes_without_ddl_rights_only_check_that_the_schema_is_current(stor
             require_current(fresh)
         migrate(fresh)
         require_current(fresh)
+
+
+@pytest.mark.parametrize("table", ["spans", "triplets"])
+def test_wide_tables_merge_vertically_and_still_collapse_duplicates(ch: ClickHouse, table: str) -> None:
+    """Migration 0003: spans and triplets merge column by column (it bounds a merge's memory), and a
+    merge still collapses a batch inserted twice (a sink restarted before it committed)."""
+    from agl_stream_processors.clickhouse.columns import ColumnBatch
+    from agl_stream_processors.sinks.specs import SINKS
+    from tests.processors.clickhouse.store import make_span, make_trajectory
+
+    engine = ch.scalar("SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = {t:String}", {"t": table})
+    assert "vertical_merge_algorithm_min_rows_to_activate = 1" in engine
+    assert "vertical_merge_algorithm_min_columns_to_activate = 1" in engine
+
+    spec = SINKS[table]
+    rollouts = [f"ro-{i:012x}" for i in range(20)]
+    values = [make_span(r, sequence_id=s) for r in rollouts for s in range(1, 4)] if table == "spans" else [make_trajectory(r) for r in rollouts]
+    batch = ColumnBatch(spec.schema)
+    for value in values:
+        batch.rows.extend(spec.to_rows(value, None))
+    rows = batch.to_arrow()
+    for _ in range(3):  # the same batch three times: three parts, every key three times
+        ch.insert_arrow(table, rows)
+    ch.command(f"OPTIMIZE TABLE {table} FINAL")
+    assert ch.scalar(f"SELECT count() FROM {table}") == rows.num_rows
+    assert ch.scalar(f"SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = '{table}' AND active") == 1
