@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: environment for the app that owns the embedded ClickHouse engine (docs/performance.md, "Memory").
+#: environment for the app that owns the embedded ClickHouse engine (docs/performance.md, "The sinks' memory").
 #: One jemalloc arena and no thread caches inside chdb: about 150 MB less peak RSS on the benchmark.
 #: Returning freed pages at once as well (``dirty_decay_ms:0,muzzy_decay_ms:0``) costs ~2 ms of kernel
 #: time per rollout in page faults (sinks 4.7 -> 6.8 ms/rollout); a 1 s decay changed neither RSS nor
