@@ -29,6 +29,17 @@ logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
+async def read_to_fetched_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether ``consumer`` has handed out every record of ``tp`` up to its high watermark.
+
+    The end is the high watermark of the latest fetch response, not ListOffsets: the local Tansu
+    broker can report end offsets too low. Unknown before the first fetch (not at the end), and a
+    snapshot: records produced since that fetch are not counted.
+    """
+    highwater = consumer.highwater(tp)
+    return highwater is not None and await consumer.position(tp) >= highwater
+
+
 @dataclass(frozen=True)
 class Decoded(Generic[M]):
     """A decoded record with where it came from."""
@@ -140,18 +151,13 @@ class RecordConsumer:
         return out
 
     async def caught_up(self) -> bool:
-        """Whether this consumer has been handed every record up to each assigned partition's high watermark.
-
-        Uses the high watermark of the latest fetch (unknown before the first fetch: not caught up),
-        so it is a snapshot: records produced since then are not counted.
-        """
+        """Whether every assigned partition has been read to its end (:func:`read_to_fetched_end`)."""
         assigned = self._consumer.assignment()
         if not assigned:
             return False
         try:
             for tp in assigned:
-                highwater = self._consumer.highwater(tp)
-                if highwater is None or await self._consumer.position(tp) < highwater:
+                if not await read_to_fetched_end(self._consumer, tp):
                     return False
         except IllegalStateError:  # revoked while we looked: a rebalance is not a caught-up state
             return False

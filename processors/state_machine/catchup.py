@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from agl_stream.config import Settings
-from agl_stream.kafka import connection_options, start_with_retry
+from agl_stream.kafka import connection_options, read_to_fetched_end, start_with_retry
 
 
 async def read_to_end(
@@ -43,8 +43,7 @@ async def read_to_end(
                     if record.key is not None:
                         latest[record.key] = record.value
             for tp in list(pending):
-                highwater = consumer.highwater(tp)
-                if highwater is not None and await consumer.position(tp) >= highwater:
+                if await read_to_fetched_end(consumer, tp):
                     pending.discard(tp)
         return latest
     finally:

@@ -50,7 +50,9 @@ from aiokafka.structs import ConsumerRecord
 from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer, RecordProducer, connection_options, start_with_retry
+from agl_stream.kafka import (
+    LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer, RecordProducer, connection_options, read_to_fetched_end, start_with_retry,
+)
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
 from agl_stream_processors.dlq import DeadLetterWriter
@@ -489,8 +491,7 @@ async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 30.0
         batch = await reader.getmany(tp, timeout_ms=300, max_records=1)
         if batch.get(tp):
             return batch[tp][0]
-        highwater = reader.highwater(tp)
-        if highwater is not None and await reader.position(tp) >= highwater:
+        if await read_to_fetched_end(reader, tp):
             return None
     raise TimeoutError(f"could not read {tp.topic}[{tp.partition}] at offset {offset} within {timeout:.0f}s")
 
