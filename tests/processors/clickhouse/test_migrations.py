@@ -72,7 +72,7 @@ def test_processes_without_ddl_rights_only_check_that_the_schema_is_current(stor
 @pytest.mark.parametrize("table", ["spans", "triplets"])
 def test_wide_tables_merge_vertically_and_still_collapse_duplicates(ch: ClickHouse, table: str) -> None:
     """Migration 0003: spans and triplets merge column by column (it bounds a merge's memory), and a
-    merge still collapses a batch inserted twice (a sink restarted before it committed)."""
+    merge still collapses a batch inserted more than once (a sink restarted before it committed)."""
     from agl_stream_processors.clickhouse.columns import ColumnBatch
     from agl_stream_processors.sinks.specs import SINKS
     from tests.processors.clickhouse.store import make_span, make_trajectory
