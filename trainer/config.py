@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from agl_stream_trainer.algorithms.grpo import GRPOConfig
 from agl_stream_trainer.backends.hf import BackendConfig, OptimConfig
 from agl_stream_trainer.batching import BatcherConfig
 from agl_stream_trainer.scheduler import SchedulerConfig
+
+
+#: Estimators whose advantage is a reward minus its group's mean: an all-equal group gives zero for everyone.
+GROUP_NORMALIZED_ESTIMATORS = ("grpo", "drgrpo", "rloo")
 
 
 class EngineConfig(BaseModel):
@@ -56,6 +60,14 @@ class TrainerConfig(BaseModel):
     keep_checkpoints: int = Field(default=2, ge=1)
     max_steps: Optional[int] = Field(default=None, ge=1)
     idle_timeout_s: float = Field(default=60.0, gt=0, description="stop after the dataset is done and nothing arrived this long")
+
+    @model_validator(mode="after")
+    def _resolve_dynamic_sampling(self) -> "TrainerConfig":
+        """Zero-variance groups carry no signal for group-normalized estimators: leave them out by default."""
+        if self.batcher.drop_zero_variance is None:
+            grouped = self.algorithm.estimator in GROUP_NORMALIZED_ESTIMATORS
+            self.batcher = self.batcher.model_copy(update={"drop_zero_variance": grouped})
+        return self
 
     @classmethod
     def from_yaml(cls, path: Path) -> "TrainerConfig":

@@ -191,6 +191,12 @@ class Learner:
             "dropped_groups_total": float(counters.dropped_groups),
             "failed_rollouts_total": float(counters.failed_rollouts),
             "groups": float(batch.groups),
+            # dynamic sampling: how much of what arrived carried signal, and how many rows actually train
+            "zero_variance_groups": float(batch.zero_variance_groups),
+            "zero_variance_fraction": batch.zero_variance_fraction,
+            "signal_groups": float(batch.signal_groups),
+            "effective_batch_size": float(stats.effective_sequences),
+            "zero_variance_groups_total": float(counters.zero_variance_groups),
         })
         return StepMetrics(
             step=self.step,

@@ -6,6 +6,11 @@ training; the scheduler streams GRPO groups of the training set to ``agl.tasks``
 consumes ``agl.triplets`` and publishes new weights after every step (rollouts never stop while the
 learner trains - the off-policy bound and importance sampling correct for the lag); the validation
 set is evaluated again at the end and compared item by item with the first evaluation.
+
+Evaluations report task success apart from shaped reward (:mod:`agl_stream.algorithm.success`):
+each held-out item is answered ``eval_samples`` times; the headline ``validation`` comparison is
+accuracy (the fraction of right answers per item, paired before/after, with a bootstrap CI and a
+sign test), beside pass@k, the mean reward (``validation_reward``) and every reward dimension.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from agl_stream.algorithm import Algorithm, PairedComparison, RolloutResults, paired_comparison, rewards_of, run_dataset
+from agl_stream.algorithm import Algorithm, PairedComparison, RolloutResults, paired_comparison, run_dataset
+from agl_stream.algorithm.success import DEFAULT_SUCCESS_KEY, SuccessReport, success_report
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.metrics import JsonlSink
 from agl_stream_trainer.scheduler import SchedulerConfig
@@ -33,6 +39,9 @@ class RL(Algorithm):
         eval_timeout: float = 1200.0,
         output_dir: Optional[Path] = None,
         validate_before: bool = True,
+        eval_samples: int = 1,
+        success_key: str = DEFAULT_SUCCESS_KEY,
+        success_threshold: float = 1.0,
     ) -> None:
         """``initial_resources`` given to the Trainer are published with every policy version (the
         policy itself is the ``main_llm`` resource, which wins over one of that name)."""
@@ -41,6 +50,11 @@ class RL(Algorithm):
         self.validate_before = validate_before
         self.eval_timeout = eval_timeout
         self.output_dir = output_dir
+        if eval_samples < 1:
+            raise ValueError("eval_samples must be at least 1")
+        self.eval_samples = eval_samples  # answers per held-out item: accuracy over them, and pass@k
+        self.success_key = success_key  # the reward dimension that says the task was solved
+        self.success_threshold = success_threshold
         self.report: dict[str, Any] = {}
 
     async def run(self, train_dataset: Optional[Sequence[Any]] = None, val_dataset: Optional[Sequence[Any]] = None) -> dict[str, Any]:
@@ -58,7 +72,7 @@ class RL(Algorithm):
             config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"progress": False})})
 
         results = await RolloutResults(self.settings).start()
-        before: list[float] = []
+        before: Optional[SuccessReport] = None
 
         async def evaluate_before(service: TrainerService) -> None:
             nonlocal before
@@ -71,10 +85,13 @@ class RL(Algorithm):
                 version = service.learner.policy_version if service.learner else None
                 logger.info("validation after training (%d tasks, policy version %s)", len(val_dataset), version)
                 after = await self._evaluate(results, val_dataset, "after")
-                if before:
-                    comparison = paired_comparison(before, after)
-                    self.report["validation"] = _comparison_dict(comparison)
-                    logger.info("validation reward %s", comparison.describe())
+                if before is not None:
+                    accuracy = paired_comparison(before.per_item, after.per_item)
+                    reward = paired_comparison(before.per_item_reward, after.per_item_reward)
+                    self.report["validation"] = {"metric": "accuracy", **_comparison_dict(accuracy)}
+                    self.report["validation_reward"] = {"metric": "mean reward", **_comparison_dict(reward)}
+                    logger.info("validation accuracy %s", accuracy.describe())
+                    logger.info("validation reward %s", reward.describe())
 
         service = TrainerService(self.settings, config, before_loop=evaluate_before, after_loop=evaluate_after,
                                  extra_sinks=[JsonlSink(metrics_path)],
@@ -87,21 +104,29 @@ class RL(Algorithm):
         self.report.update(
             steps=learner.step if learner else 0,
             policy_version=learner.policy_version if learner else 0,
+            stop_reason=service.stop_reason,
             metrics_file=str(metrics_path),
             run_dir=str(out),
         )
         (out / "report.json").write_text(json.dumps(self.report, indent=2))
         return self.report
 
-    async def _evaluate(self, results: RolloutResults, dataset: Sequence[Any], label: str) -> list[float]:
-        outcomes = await run_dataset(self.client, results, dataset, mode="val", metadata={"eval": label}, timeout=self.eval_timeout)
+    async def _evaluate(self, results: RolloutResults, dataset: Sequence[Any], label: str) -> SuccessReport:
+        k = self.eval_samples
+        items = [item for item in dataset for _ in range(k)]
+        tags = [{"item_index": i, "sample": j} for i in range(len(dataset)) for j in range(k)]
+        outcomes = await run_dataset(self.client, results, items, mode="val", metadata={"eval": label},
+                                     timeout=self.eval_timeout, item_metadata=tags)  # fmt: skip
         missing = sum(o is None for o in outcomes)
         failed = sum(o is not None and o.status != "succeeded" for o in outcomes)
         if missing or failed:
-            logger.warning("validation %s: %d rollouts failed, %d missing (counted as reward 0)", label, failed, missing)
-        rewards = rewards_of(outcomes)
-        self.report[f"val_{label}"] = {"rewards": rewards, "failed": failed, "missing": missing}
-        return rewards
+            logger.warning("validation %s: %d rollouts failed, %d missing (counted as wrong, reward 0)", label, failed, missing)
+        report = success_report([outcomes[i * k:(i + 1) * k] for i in range(len(dataset))],
+                                success_key=self.success_key, threshold=self.success_threshold)  # fmt: skip
+        self.report[f"val_{label}"] = {"rewards": report.per_item_reward, "failed": failed, "missing": missing, **report.as_dict()}
+        logger.info("validation %s: accuracy %.3f, %s, mean reward %.3f", label, report.accuracy,
+                    ", ".join(f"pass@{j} {v:.3f}" for j, v in report.pass_at.items()), report.mean_reward)  # fmt: skip
+        return report
 
 
 def VERL(config: Mapping[str, Any], **options: Any) -> RL:

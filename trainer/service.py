@@ -10,7 +10,10 @@ weights and announce them on ``agl.resources``, then run two tasks concurrently:
 
 The service stops at ``max_steps``, or when the scheduler has enqueued everything, no rollout is
 in flight, and no batch arrived for ``idle_timeout_s`` (remaining complete groups are trained
-first). A final checkpoint is written on the way out.
+first), or when the batcher gives up on a task with no learning signal (:class:`NoLearningSignal`:
+too many groups in a row whose rewards were all equal - the policy already solves, or never
+solves, what it is given); ``stop_reason`` says which. A final checkpoint is written on the way out,
+and the ``after_loop`` evaluation runs in every case.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from agl_stream.config import Settings
 
 from agl_stream_trainer.backends.hf import HFPolicy
+from agl_stream_trainer.batching import NoLearningSignal
 from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.learner import Learner
@@ -53,6 +57,7 @@ class TrainerService:
         self.extra_resources = dict(extra_resources or {})  # published beside the policy (e.g. a prompt template)
         self.learner: Optional[Learner] = None
         self.scheduler: Any = None
+        self.stop_reason: Optional[str] = None  # why training ended: max_steps, dataset done, no learning signal
         self._closers: list[Any] = []
 
     async def _engine(self, model_dir: Path, model_name: str) -> Any:
@@ -160,14 +165,21 @@ class TrainerService:
                 if self.scheduler is not None:
                     learner.extra_state["scheduler"] = self.scheduler.state()
                 finished = scheduler_task is None or (scheduler_task.done() and in_flight is not None and in_flight.count == 0)
-                metrics = await learner.step_once(timeout=5.0, force=finished)
+                try:
+                    metrics = await learner.step_once(timeout=5.0, force=finished)
+                except NoLearningSignal as exc:
+                    self.stop_reason = f"no learning signal: {exc}"
+                    logger.warning("stopping training at step %d: %s", learner.step, exc)
+                    return
                 if metrics is not None:
                     idle = 0.0
                     continue
                 idle += 5.0
                 if finished and scheduler_task is not None and idle >= cfg.idle_timeout_s:
                     logger.info("dataset done and no batch for %.0fs: stopping", idle)
+                    self.stop_reason = "dataset done"
                     return
+            self.stop_reason = "max_steps"
         finally:
             if scheduler_task is not None:
                 scheduler_task.cancel()

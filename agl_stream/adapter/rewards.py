@@ -134,3 +134,10 @@ def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
     found = find_reward_spans(spans)
     return reward_of(found[-1]) if found else None
 
+
+def find_final_reward_dimensions(spans: Iterable[Any]) -> dict[str, float]:
+    """Every named dimension of the final reward (``{}`` for a plain number or no reward): task success
+    (``correct``) and the parts of a shaped reward travel beside the primary value."""
+    found = find_reward_spans(spans)
+    return dict(reward_dimensions(getattr(found[-1], "attributes", None) or {})) if found else {}
+

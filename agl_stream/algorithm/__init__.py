@@ -9,6 +9,7 @@ from agl_stream.algorithm.base import Algorithm, FunctionalAlgorithm, algo, buil
 from agl_stream.algorithm.baseline import Baseline, FastAlgorithm
 from agl_stream.algorithm.results import RolloutResult, RolloutResults, rewards_of, run_dataset
 from agl_stream.algorithm.stats import PairedComparison, paired_comparison, sign_test
+from agl_stream.algorithm.success import SuccessReport, pass_at_k, success_report, succeeded
 
 __all__ = [
     "Algorithm",
@@ -18,10 +19,14 @@ __all__ = [
     "PairedComparison",
     "RolloutResult",
     "RolloutResults",
+    "SuccessReport",
     "algo",
     "build_component",
     "paired_comparison",
+    "pass_at_k",
     "rewards_of",
     "run_dataset",
     "sign_test",
+    "succeeded",
+    "success_report",
 ]

@@ -8,8 +8,8 @@ reward it computed. The latest finished attempt of a rollout wins (a retry repla
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
 
 from agl_stream.client import StoreClient, TopicFollower
 from agl_stream.config import Settings
@@ -24,6 +24,8 @@ class RolloutResult:
     final_reward: Optional[float]
     error: Optional[str]
     finished_at: float
+    #: the final reward's named dimensions when it had several (``{"correct": 1.0, "format": 0.5, ...}``)
+    reward_dimensions: Mapping[str, float] = field(default_factory=dict)
 
 
 class RolloutResults:
@@ -42,7 +44,7 @@ class RolloutResults:
         reward = event.metadata.get("final_reward")
         self._results[event.rollout_id] = RolloutResult(
             event.rollout_id, event.attempt_id, event.status, float(reward) if reward is not None else None,
-            event.error, event.timestamp,
+            event.error, event.timestamp, dict(event.metadata.get("reward_dimensions") or {}),
         )  # fmt: skip
 
     async def start(self) -> "RolloutResults":
@@ -78,12 +80,18 @@ async def run_dataset(
     config: Optional[RolloutConfig] = None,
     metadata: Optional[dict[str, Any]] = None,
     timeout: Optional[float] = None,
+    item_metadata: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> list[Optional[RolloutResult]]:
-    """Enqueue one rollout per item and wait for their outcomes (None where none arrived in time)."""
+    """Enqueue one rollout per item and wait for their outcomes (None where none arrived in time).
+
+    ``item_metadata[i]`` is added to item ``i``'s rollout metadata (e.g. which sample of an item it is)."""
+    if item_metadata is not None and len(item_metadata) != len(dataset):
+        raise ValueError(f"item_metadata has {len(item_metadata)} entries for {len(dataset)} items")
     rollouts = [
-        await client.enqueue_rollout(item, mode=mode, resources_id=resources_id, config=config, metadata=dict(metadata or {}))
-        for item in dataset
-    ]
+        await client.enqueue_rollout(item, mode=mode, resources_id=resources_id, config=config,
+                                     metadata={**(metadata or {}), **(item_metadata[i] if item_metadata else {})})
+        for i, item in enumerate(dataset)
+    ]  # fmt: skip
     ids = [r.rollout_id for r in rollouts]
     got = await results.wait(ids, timeout)
     return [got.get(rid) for rid in ids]

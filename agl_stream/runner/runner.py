@@ -379,6 +379,8 @@ class LitAgentRunner:
         metadata: dict[str, Any] = {"duration_seconds": round(duration, 6), "spans_dropped": dropped}
         if reward is not None:
             metadata["final_reward"] = reward
+            if state is not None and len(state.last_reward_dimensions) > 1:  # named parts beside the primary
+                metadata["reward_dimensions"] = dict(state.last_reward_dimensions)
         if not await self._report_finished(rollout, status, error, span_count, metadata):
             return
         self.stats.spans += span_count

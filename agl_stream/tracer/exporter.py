@@ -52,6 +52,8 @@ class AttemptCounters:
     dropped: int = 0
     reward_spans: int = 0
     last_reward: Optional[float] = None
+    #: every named dimension of the last reward (e.g. ``correct`` beside a shaped primary reward)
+    last_reward_dimensions: dict[str, float] = field(default_factory=dict)
     #: what the agent produced in this attempt (OTel spans as they ended, returned agl spans), for hooks
     spans: list[Union[ReadableSpan, Span, SpanCoreFields]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

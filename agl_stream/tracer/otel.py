@@ -20,6 +20,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 
+from agl_stream.adapter.rewards import reward_dimensions
 from agl_stream.semconv import AGL_REWARD
 from agl_stream.tracer.base import Tracer, _ACTIVE, get_active_attempt
 from agl_stream.tracer.exporter import AttemptCounters, CoreSpan, PendingSpan, SpanExportPipeline
@@ -108,6 +109,7 @@ def _note_reward(name: str, attributes: Any, state: AttemptCounters) -> None:
         value = attributes.get(PRIMARY_REWARD_KEY)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             state.last_reward = float(value)
+            state.last_reward_dimensions = dict(reward_dimensions(attributes))
 
 
 def spans_outside_attempt() -> int:

@@ -2,8 +2,10 @@
 
 The agent asks the LLM for the answer. When the endpoint supports tool calling and ``use_tools`` is
 on, the model may call ``calculator(expression)``; the agent evaluates it safely and sends the
-result back (a multi-turn trajectory: every LLM call becomes a triplet). The reward is verifiable
-(see ``reward.py``). Works with the embedded CPU model and with any OpenAI-compatible endpoint.
+result back (a multi-turn trajectory: every LLM call becomes a triplet; needs an endpoint with
+native tool calls - the embedded CPU engine has none, so ``examples/calc_agent`` teaches a
+plain-text calculator call instead). The reward is task success, with the format reported beside
+it (see ``reward.py``). Works with the embedded CPU model and with any OpenAI-compatible endpoint.
 
 Run one task by hand::
 
@@ -22,7 +24,8 @@ from openai import OpenAI
 
 from agl_stream.litagent import rollout
 from agl_stream.types import LLM
-from examples.arithmetic.reward import arithmetic_reward
+from agl_stream.emitter import emit_reward
+from examples.arithmetic.reward import arithmetic_score
 
 SYSTEM_PROMPT = "You are a calculator. Reply with only the final number, nothing else."
 # One worked example as an earlier turn: SmolLM2-135M then answers in the requested format about a
@@ -90,10 +93,10 @@ def solve(task: dict[str, Any], llm: LLM, use_tools: bool = False, max_turns: in
 
 
 @rollout
-def arithmetic_agent(task: dict[str, Any], llm: LLM) -> float:
-    """One rollout: answer the question; the returned reward becomes the final reward span."""
+def arithmetic_agent(task: dict[str, Any], llm: LLM) -> None:
+    """One rollout: answer the question; the reward is ``correct`` (0/1), ``format`` is reported beside it."""
     reply = solve(task, llm, use_tools=os.environ.get("AGL_EXAMPLE_USE_TOOLS", "0") == "1")
-    return arithmetic_reward(reply, str(task["answer"]))
+    emit_reward(arithmetic_score(reply, str(task["answer"])), primary_key="correct")
 
 
 if __name__ == "__main__":
@@ -107,4 +110,4 @@ if __name__ == "__main__":
     parser.add_argument("--use-tools", action="store_true")
     args = parser.parse_args()
     reply = solve({"question": args.question}, LLM(endpoint=args.endpoint, model=args.model), use_tools=args.use_tools)
-    print(f"reply={reply!r} reward={arithmetic_reward(reply, args.answer)}")
+    print(f"reply={reply!r} score={arithmetic_score(reply, args.answer)}")

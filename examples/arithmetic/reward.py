@@ -1,11 +1,14 @@
-"""The arithmetic reward: verifiable, half format and half correctness.
+"""The arithmetic task's score: task success, with the format reported beside it.
 
-* format (up to 0.5): 0.5 when the reply is a bare integer (an optional trailing period is
-  tolerated), 0.25 when it at least starts with a number ("16 + 12 = 28"), 0 otherwise;
-* correctness (0.5): the last integer in the reply equals the answer.
+* ``correct`` (the reward, 0 or 1): the last integer in the reply equals the answer ("28",
+  "16 + 12 = 28" and "So it is 28" are right; "27" is not). Format gates nothing beyond "there is a
+  number": a bare wrong number earns nothing.
+* ``format`` (reported, never paid): 0.5 for a bare integer (an optional trailing period is
+  tolerated), 0.25 for a reply that starts with a number, 0 otherwise.
 
-"28" earns 1.0, "16 + 12 = 28" 0.75, "27" 0.5, "To solve this, ... 28" 0.5, prose without the
-answer 0.0. The graded format term gives a small model a signal from its first samples.
+:func:`arithmetic_reward` is the older shaped reward (format + correctness, up to 0.5 each). It paid
+a bare wrong number 0.5, and a learner trained on it learned the format, not the sums; it is kept
+for comparison and reported as its parts.
 """
 
 from __future__ import annotations
@@ -17,14 +20,23 @@ _STARTS_WITH_NUMBER = re.compile(r"^\s*-?\d")
 _INT = re.compile(r"-?\d+")
 
 
-def arithmetic_reward(reply: str, answer: str) -> float:
+def is_correct(reply: str, answer: str) -> bool:
+    numbers = _INT.findall(reply or "")
+    return bool(numbers) and numbers[-1].lstrip("+") == answer.strip()
+
+
+def format_score(reply: str) -> float:
     reply = reply or ""
-    numbers = _INT.findall(reply)
-    correct = bool(numbers) and numbers[-1].lstrip("+") == answer.strip()
     if _BARE.match(reply):
-        form = 0.5
-    elif _STARTS_WITH_NUMBER.match(reply):
-        form = 0.25
-    else:
-        form = 0.0
-    return form + 0.5 * correct
+        return 0.5
+    return 0.25 if _STARTS_WITH_NUMBER.match(reply) else 0.0
+
+
+def arithmetic_score(reply: str, answer: str) -> dict[str, float]:
+    """The reward dimensions an episode reports: ``correct`` (primary, the reward) and ``format``."""
+    return {"correct": float(is_correct(reply, answer)), "format": format_score(reply)}
+
+
+def arithmetic_reward(reply: str, answer: str) -> float:
+    """The shaped reward (format + correctness); see the module docstring for why training does not use it."""
+    return format_score(reply) + 0.5 * is_correct(reply, answer)

@@ -48,6 +48,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
+from agl_stream.adapter.rewards import find_final_reward_dimensions
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
 from agl_stream.kafka import (
@@ -380,6 +381,9 @@ class TripletProcessor:
             extra.update(incomplete=True, expected_spans=expected, received_spans=len(spans))
         if finished.error:
             extra["error"] = finished.error
+        dimensions = find_final_reward_dimensions(spans)
+        if len(dimensions) > 1:  # task success and a shaped reward's parts, for the accuracy queries
+            extra["reward_dimensions"] = dimensions
         group_id = meta.get("group_id")
         return Trajectory(
             rollout_id=item.rollout_id,

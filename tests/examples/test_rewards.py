@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from examples.arithmetic.agent import calculator
-from examples.arithmetic.reward import arithmetic_reward
+from examples.arithmetic.reward import arithmetic_reward, arithmetic_score
 from examples.room_selector.rooms import BY_ID, best_room, feasible, room_reward
 from examples.text_to_sql.evaluate import execution_match, extract_sql
 
@@ -26,6 +26,14 @@ def _rows(path: Path) -> list[dict]:
 )
 def test_arithmetic_reward(reply: str, reward: float) -> None:
     assert arithmetic_reward(reply, "42") == reward
+
+
+@pytest.mark.parametrize(
+    ("reply", "correct", "form"),
+    [("42", 1.0, 0.5), ("41", 0.0, 0.5), ("12 + 30 = 42", 1.0, 0.25), ("So it is 42", 1.0, 0.0), ("", 0.0, 0.0)],
+)
+def test_arithmetic_score_pays_only_for_the_right_answer(reply: str, correct: float, form: float) -> None:
+    assert arithmetic_score(reply, "42") == {"correct": correct, "format": form}
 
 
 def test_arithmetic_data_answers_are_right() -> None:

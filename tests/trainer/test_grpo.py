@@ -189,3 +189,29 @@ def test_truncated_importance_weights() -> None:
     assert torch.all(w[1][batch.response_mask[1].bool()] == 1.0)  # unknown mu: weight 1
     assert torch.all(w[~batch.response_mask.bool()] == 0)
     assert truncated_is_weights(old, batch, cap=None) is None
+
+
+def test_one_update_per_step_reuses_the_loss_forward_for_pi_old(tiny) -> None:
+    """With ppo_epochs = mini_batches = 1, log pi_old from the loss's own pass (detached) gives the same
+    loss, gradient and IS weights as a separate no-grad pass - one forward pass fewer per step."""
+    model, tokenizer = tiny
+    batch = _batch(tokenizer.pad_token_id)
+    cfg = GRPOConfig(tis_cap=2.0)
+    policy = HFPolicy(model, OptimConfig(lr=1e-3))
+    actor = cfg.actor_config()
+    rows = torch.arange(batch.num_sequences)
+    info = {"dp_size": 1, "batch_num_tokens": int(batch.response_mask.sum()), "global_batch_size": batch.num_sequences}
+    results = []
+    for reuse in (False, True):
+        prep = prepare(policy, batch, cfg, reuse_forward=reuse)
+        assert (prep.old_logprobs is None) == reuse
+        policy.zero_grad()
+        terms = loss_terms(policy, prep, rows, cfg, actor, info)
+        terms.loss.backward()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone()
+        results.append((float(terms.loss), grad, terms.is_weight_sum / terms.is_weight_tokens))
+        policy.zero_grad()
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
+    assert results[0][2] == pytest.approx(results[1][2], rel=1e-5)
+    assert results[0][2] != 1.0  # the behaviour log-probs differ from the policy's: the weights are live

@@ -8,6 +8,8 @@ trajectory (token ids, logprobs, the serving policy version) and the finished ro
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Callable
 
 import httpx
 import pytest
@@ -23,7 +25,12 @@ from agl_stream_trainer.service import TrainerService
 pytestmark = pytest.mark.integration
 
 
-async def _runner(settings: Settings, stop: asyncio.Event, versions_seen: list[int]) -> None:
+def _length_parity(task: AttemptedRollout, token_ids: list[int]) -> float:
+    return float(len(token_ids) % 2)
+
+
+async def _runner(settings: Settings, stop: asyncio.Event, versions_seen: list[int],
+                  reward_of: Callable[[AttemptedRollout, list[int]], float] = _length_parity) -> None:  # fmt: skip
     tasks = RecordConsumer(settings, [settings.topic("tasks")], group_id=settings.group("runners"))
     resources = RecordConsumer(settings, [settings.topic("resources")], group_id=None)
     await tasks.start()
@@ -46,7 +53,7 @@ async def _runner(settings: Settings, stop: asyncio.Event, versions_seen: list[i
                     })).json()
                     choice = reply["choices"][0]
                     versions_seen.append(reply["policy_version"])
-                    reward = float(len(choice["token_ids"]) % 2)
+                    reward = reward_of(task, choice["token_ids"])
                     traj = Trajectory(
                         rollout_id=task.rollout_id, attempt_id=task.attempt.attempt_id,
                         group_id=task.metadata["group_id"], mode=task.mode, final_reward=reward,
@@ -78,7 +85,8 @@ async def test_trainer_service_trains_on_scheduled_rollouts(topics: Settings, ti
         "engine": {"kind": "embedded", "model_name": "tiny"},
         "algorithm": {"estimator": "grpo"},
         "optim": {"lr": 1e-3},
-        "batcher": {"group_size": 2, "batch_groups": 1, "max_staleness": 4},
+        # rewards are a coin flip of the reply's length: many groups tie, and this test wants its two steps
+        "batcher": {"group_size": 2, "batch_groups": 1, "max_staleness": 4, "drop_zero_variance": False},
         "scheduler": {"dataset": str(dataset), "group_size": 2, "max_in_flight": 4, "shuffle": False},
         "checkpoint_every": 1,
         "max_steps": 2,
@@ -108,3 +116,69 @@ async def test_trainer_service_trains_on_scheduled_rollouts(topics: Settings, ti
     assert [(s.key, s.value.step, s.value.policy_version, s.value.total_steps) for s in published] == [
         ("svc", 1, 1, 2), ("svc", 2, 2, 2)
     ]  # fmt: skip
+
+
+def _service_config(tmp_path, tiny_model_dir, items: list[dict], **batcher) -> TrainerConfig:
+    dataset = tmp_path / "data.jsonl"
+    dataset.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return TrainerConfig.model_validate({
+        "run_id": "dyn", "model": str(tiny_model_dir), "engine": {"kind": "embedded", "model_name": "tiny"},
+        "algorithm": {"estimator": "grpo"}, "optim": {"lr": 1e-3},
+        "batcher": {"group_size": 2, "batch_groups": 1, "max_staleness": 4, **batcher},
+        "scheduler": {"dataset": str(dataset), "group_size": 2, "max_in_flight": 4, "shuffle": False},
+        "checkpoint_every": 0, "max_steps": 3, "idle_timeout_s": 10, "metrics": {"topic": True, "progress": False},
+    })  # fmt: skip
+
+
+def _flat_or_split(task: AttemptedRollout, token_ids: list[int]) -> float:
+    """Items marked flat earn 0 for every member (no signal); the others split their group 1 / 0."""
+    return 0.0 if task.input["flat"] else float(task.metadata["group_member"] % 2)
+
+
+async def test_dynamic_sampling_trains_only_groups_with_signal(topics: Settings, tiny_model_dir, tmp_path) -> None:
+    """On the local stack: GRPO's default leaves out the all-equal groups, counts them per step in
+    agl.training_steps, and fills every batch with groups whose rewards differ."""
+    items = [{"q": i, "flat": i % 3 != 2} for i in range(12)]  # two flat groups before each split one
+    config = _service_config(tmp_path, tiny_model_dir, items)
+    assert config.batcher.drop_zero_variance is True  # the default for grpo
+    stop, versions = asyncio.Event(), []
+    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
+    service = TrainerService(topics, config)
+    try:
+        await asyncio.wait_for(service.run(), timeout=150)
+    finally:
+        stop.set()
+        await asyncio.gather(runner, return_exceptions=True)
+    assert service.learner is not None and service.learner.step == 3 and service.stop_reason == "max_steps"
+    history = service.learner.metrics.history
+    assert [m.extra["signal_groups"] for m in history] == [1.0, 1.0, 1.0]
+    assert all(m.extra["effective_batch_size"] == m.num_sequences == 2 and m.grad_norm > 0 for m in history)
+    # how many flat groups each step saw depends on arrival order across partitions; together they are all
+    # the flat groups that arrived before the third batch (the scheduler enqueues two before each split one)
+    left_out = [m.extra["zero_variance_groups"] for m in history]
+    assert sum(left_out) >= 2 and sum(left_out) <= service.learner.batcher.stats.zero_variance_groups
+    assert [m.extra["zero_variance_fraction"] for m in history] == pytest.approx([z / (z + 1) for z in left_out])
+
+    async with RecordConsumer(topics, [topics.topic("training_steps")], group_id=None) as steps:
+        published: list = []
+        for _ in range(25):
+            published += (await steps.get_decoded(TrainingStep, timeout=0.2))[0]
+            if len(published) >= 3:
+                break
+    assert [s.value.extra["zero_variance_groups"] for s in published] == left_out
+
+
+async def test_a_task_without_signal_ends_with_a_clear_reason(topics: Settings, tiny_model_dir, tmp_path) -> None:
+    items = [{"q": i, "flat": True} for i in range(8)]
+    config = _service_config(tmp_path, tiny_model_dir, items, max_zero_variance_groups=3)
+    stop, versions = asyncio.Event(), []
+    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
+    service = TrainerService(topics, config)
+    try:
+        await asyncio.wait_for(service.run(), timeout=150)
+    finally:
+        stop.set()
+        await asyncio.gather(runner, return_exceptions=True)
+    assert service.learner is not None and service.learner.step == 0
+    assert service.stop_reason is not None and service.stop_reason.startswith("no learning signal: 3 groups in a row")
+    assert "(3 at reward 0)" in service.stop_reason

@@ -13,7 +13,10 @@ numbers from ``verl.trainer.ppo.core_algos``):
    ``mu`` (from the inference engine) lag the learner. Following decoupled PPO, the proximal
    policy ``pi_old`` is the learner's weights at the start of this step (recomputed), and the
    truncated importance weight ``w = min(exp(log pi_old - log mu), C)`` (C = ``tis_cap``) corrects
-   for the gap; rows without recorded log-probs get w = 1.
+   for the gap; rows without recorded log-probs get w = 1. With one update per step
+   (``ppo_epochs = mini_batches = 1``) pi_old *is* the weights being differentiated, so log pi_old is
+   the same forward pass, detached (ratio = 1, the clip inactive, as in verl's on-policy path): no
+   second forward pass over the batch.
 3. PPO-clip with dual clip, per token t (``get_policy_loss_fn("vanilla")``):
       ratio = exp(log pi - log pi_old)
       L_clip = max(-A ratio, -A clip(ratio, 1 - eps_low, 1 + eps_high))
@@ -39,7 +42,6 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
-from verl.utils.torch_functional import masked_mean
 from verl.workers.config import ActorConfig
 
 from agl_stream_trainer.algorithms.batch import RewardAssignment, TrainBatch
@@ -133,15 +135,23 @@ class Prepared:
 
     batch: TrainBatch
     advantages: torch.Tensor
-    old_logprobs: torch.Tensor
+    old_logprobs: Optional[torch.Tensor]  # None: log pi_old comes from the loss's own forward pass (one update)
     is_weights: Optional[torch.Tensor]
     ref_logprobs: Optional[torch.Tensor]
 
 
-def prepare(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: Any = None) -> Prepared:
+def single_update(cfg: GRPOConfig) -> bool:
+    """One optimizer update per step: pi_old equals the weights the loss differentiates."""
+    return cfg.ppo_epochs == 1 and cfg.mini_batches == 1
+
+
+def prepare(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: Any = None, *, reuse_forward: bool = False) -> Prepared:
+    """Advantages, log pi_old (unless ``reuse_forward``: the loss's pass gives it), IS weights, reference log-probs."""
     advantages = compute_advantages(batch, cfg)
-    old_logprobs = policy.logprobs(batch)
     ref_logprobs = policy.logprobs(batch, model=ref_model) if cfg.kl_coef > 0 and ref_model is not None else None
+    if reuse_forward:
+        return Prepared(batch, advantages, None, None, ref_logprobs)
+    old_logprobs = policy.logprobs(batch)
     return Prepared(batch, advantages, old_logprobs, truncated_is_weights(old_logprobs, batch, cfg.tis_cap), ref_logprobs)
 
 
@@ -156,6 +166,8 @@ class LossTerms:
     kl: float
     pg_clipfrac: float = 0.0
     ppo_kl: float = 0.0
+    is_weight_sum: float = 0.0  # sum of the truncated IS weights over response tokens (for their mean)
+    is_weight_tokens: float = 0.0
 
 
 def loss_terms(
@@ -171,9 +183,14 @@ def loss_terms(
     out = policy.forward(mb, with_entropy=True, entropy_grad=cfg.entropy_coeff != 0)
     dev = out.logprobs.device
     mask = mb.response_mask.to(dev)
-    old = prep.old_logprobs[rows].to(dev)
     adv = prep.advantages[rows].to(dev)
-    weights = prep.is_weights[rows].to(dev) if prep.is_weights is not None else None
+    if prep.old_logprobs is None:  # one update per step: pi_old is this very pass
+        old = out.logprobs.detach()
+        weights = truncated_is_weights(old.cpu(), mb, cfg.tis_cap)
+        weights = weights.to(dev) if weights is not None else None
+    else:
+        old = prep.old_logprobs[rows].to(dev)
+        weights = prep.is_weights[rows].to(dev) if prep.is_weights is not None else None
 
     actor.global_batch_info.clear()
     actor.global_batch_info.update(global_info)
@@ -207,6 +224,8 @@ def loss_terms(
         kl=kl_value,
         pg_clipfrac=float(pg_metrics.get("actor/pg_clipfrac", 0.0)),
         ppo_kl=float(pg_metrics.get("actor/ppo_kl", 0.0)),
+        is_weight_sum=float((weights * mask).sum()) if weights is not None else float(mask.sum()),
+        is_weight_tokens=float(mask.sum()),
     )
 
 
@@ -241,6 +260,8 @@ def _add(a: LossTerms, b: LossTerms) -> LossTerms:
         kl=a.kl + b.kl,
         pg_clipfrac=max(a.pg_clipfrac, b.pg_clipfrac),
         ppo_kl=a.ppo_kl + b.ppo_kl,
+        is_weight_sum=a.is_weight_sum + b.is_weight_sum,
+        is_weight_tokens=a.is_weight_tokens + b.is_weight_tokens,
     )
 
 
@@ -270,6 +291,7 @@ class StepStats:
     optimizer_steps: int
     seconds: float
     learning_rate: float
+    effective_sequences: int = 0  # rows with a non-zero advantage: the ones that move the policy
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -281,10 +303,10 @@ def train_step(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: 
     """One learner step: ``ppo_epochs`` x ``mini_batches`` optimizer updates on ``batch``."""
     started = time.perf_counter()
     policy.model.train()
-    prep = prepare(policy, batch, cfg, ref_model)
+    prep = prepare(policy, batch, cfg, ref_model, reuse_forward=single_update(cfg))
     actor = cfg.actor_config()
     rng = np.random.default_rng(cfg.seed + int(policy.scheduler.last_epoch))
-    sums = {"loss": 0.0, "pg_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip": 0.0, "grad": 0.0}
+    sums = {"loss": 0.0, "pg_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip": 0.0, "grad": 0.0, "w": 0.0, "w_tokens": 0.0}
     updates = 0
     for _epoch in range(cfg.ppo_epochs):
         order = torch.as_tensor(rng.permutation(batch.num_sequences)) if cfg.mini_batches > 1 else torch.arange(batch.num_sequences)
@@ -298,6 +320,8 @@ def train_step(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: 
                 sums["entropy"] += terms.entropy
                 sums["kl"] += terms.kl
                 sums["clip"] = max(sums["clip"], terms.pg_clipfrac)
+                sums["w"] += terms.is_weight_sum
+                sums["w_tokens"] += terms.is_weight_tokens
             sums["grad"] += policy.optimizer_step()
             updates += 1
     mask = batch.response_mask.bool()
@@ -319,7 +343,8 @@ def train_step(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: 
         optimizer_steps=updates,
         seconds=time.perf_counter() - started,
         learning_rate=policy.lr,
+        effective_sequences=int(((prep.advantages * batch.response_mask).abs().sum(dim=1) > 1e-8).sum()),
         extra={
-            "is_weight_mean": float(masked_mean(prep.is_weights, batch.response_mask)) if prep.is_weights is not None else 1.0,
+            "is_weight_mean": sums["w"] / sums["w_tokens"] if sums["w_tokens"] else 1.0,
         },
     )

@@ -138,6 +138,22 @@
     });
   }
 
+  function accuracyColumns(body, res) {
+    const rows = rowsOf(res);
+    if (!rows.length) return empty(body, "No evaluation yet: held-out accuracy appears once validation rollouts finish");
+    body.innerHTML = `<div class="legend"><span style="--c:${Charts.PALETTE[2]}">held-out accuracy (right answers) per policy version</span>
+      <span style="--c:transparent">pass@k = at least one right of k samples</span></div><div class="plot"></div>
+      <div class="table-slot"></div>`;
+    Charts.columns(body.querySelector(".plot"), {
+      labels: rows.map((r) => r.policy_version ?? "–"), values: rows.map((r) => r.accuracy), labelPrefix: "v",
+      notes: rows.map((r) => `${r.evaluation || "evaluation"}: ${fmt.int(r.answers)} answers to ${fmt.int(r.items)} items, ` +
+        `pass@${fmt.int(r.samples_per_item)} ${fmt.pct(r.pass_at_k)}, mean reward ${fmt.num(r.mean_final_reward)}`),
+      valueFormat: (v) => fmt.pct(v), height: 214,
+    });
+    table(["policy_version", "evaluation", "items", "samples_per_item", "accuracy", "pass_at_k", "mean_final_reward", "mean_format"])(
+      body.querySelector(".table-slot"), res);
+  }
+
   function table(columns, options = {}) {
     return (body, res, bare) => {
       const rows = rowsOf(res);
@@ -284,6 +300,7 @@
     throughput_over_time: { span: 6, render: lines([{ col: "rollouts_per_s", label: "rollouts/s", fmt: fmt.rate }, { col: "spans_per_s", label: "spans/s", fmt: fmt.rate }]) },
     stage_latency: { span: 6, render: latencyTable },
     dead_letters_by_reason: { span: 6, render: table(null, { empty: "No dead letters: every record was processed" }) },
+    accuracy_by_policy_version: { span: 12, render: accuracyColumns },
     reward_by_policy_version: { span: 6, render: rewardColumns },
     reward_over_time: { span: 6, render: lines([{ col: "mean_final_reward", label: "mean final reward" },
       { col: "trajectories", label: "trajectories in the last bucket", fmt: fmt.int, legendOnly: true }]) },
@@ -292,6 +309,10 @@
       { col: "loss", label: "loss" }, { col: "reward_mean", label: "batch reward (mean)" }, { col: "kl", label: "KL" },
       { col: "entropy", label: "entropy" }, { col: "staleness_mean", label: "staleness (versions behind)" },
       { col: "publish_seconds", label: "publish time", fmt: fmt.secs },
+    ]) },
+    learning_signal: { span: 12, render: multiples("step", [
+      { col: "zero_variance_fraction", label: "groups without signal (fraction)" }, { col: "signal_groups", label: "groups with signal", fmt: fmt.int },
+      { col: "effective_batch_size", label: "rows with non-zero advantage", fmt: fmt.int }, { col: "grad_norm", label: "gradient norm" },
     ]) },
     recent_rollouts: { span: 12, render: table(null, { link: "rollout_id", badges: ["status"] }) },
     rollout_outcomes_over_time: { span: 6, render: lines([{ col: "succeeded", fmt: fmt.int }, { col: "failed", fmt: fmt.int }, { col: "cancelled", fmt: fmt.int }, { col: "retried", fmt: fmt.int }], { empty: "No finished rollouts in this range yet" }) },
