@@ -19,7 +19,7 @@ bootstrap confidence interval and a sign test, beside pass@k, the mean reward an
 While it runs: a live panel (learner step, policy version, batch reward, rollouts and their rate,
 ETA) and the address of ``agl-stream dashboard``; the learner's steps reach ClickHouse as they
 happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL and ``reports/demo.png``.
-Environment knobs: ``AGL_DEMO_STEPS`` (default 12), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
+Environment knobs: ``AGL_DEMO_STEPS`` (default 8), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2).
 """
 
@@ -150,13 +150,18 @@ def plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> Non
         axes[1].set_xticks(list(xs), [n.replace("_", " ") for n in names])
         axes[1].set(ylim=(0, 1), ylabel="fraction of episodes", title="held-out episodes: the tool call and the answer")
         axes[1].legend()
-    axes[2].plot([s["step"] for s in steps], [s["reward_mean"] for s in steps], marker=".", label="batch accuracy")
-    axes[2].set(xlabel="learner step", ylabel="reward = right answer", ylim=(0, 1), title="training batches (groups with signal)")
-    axes[3].plot([s["step"] for s in steps], [s["zero_variance_fraction"] for s in steps], marker=".", color="tab:orange",
-                 label="groups without signal, left out")
-    axes[3].plot([s["step"] for s in steps], [float(s["grad_norm"] == 0) for s in steps], "x", color="tab:red", label="zero gradient")
-    axes[3].set(xlabel="learner step", ylabel="fraction", ylim=(-0.05, 1.05), title="learning signal per step")
-    axes[3].legend()
+    by_version = report.get("train_by_version", [])
+    if by_version:
+        xs = [r["policy_version"] for r in by_version]
+        axes[2].plot(xs, [r["accuracy"] for r in by_version], marker=".", label="right answer")
+        axes[2].plot(xs, [r["well_formed_call"] for r in by_version], marker=".", linestyle="--", label="well-formed call")
+        axes[2].legend()
+    axes[2].set(xlabel="policy version", ylabel="fraction of training episodes", ylim=(0, 1.05),
+                title="training episodes per policy version")
+    zero_grad = sum(1 for s in steps if s["grad_norm"] == 0)
+    axes[3].bar([s["step"] for s in steps], [s["zero_variance_fraction"] for s in steps], color="tab:orange")
+    axes[3].set(xlabel="learner step", ylabel="fraction of groups", ylim=(0, 1),
+                title=f"groups without signal, left out (dynamic sampling)\nsteps with a zero gradient: {zero_grad}/{len(steps)}")
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -189,7 +194,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "12"))
+    steps = int(os.environ.get("AGL_DEMO_STEPS", "8"))
     seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
     model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
     n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
@@ -220,7 +225,7 @@ def main() -> int:
     for title, rows in summary.items():
         show(title, rows)
     png = ROOT / "reports" / "demo.png"
-    plot(steps_rows, report, png)
+    plot(steps_rows, {**report, "train_by_version": summary["training answers per policy version"]}, png)
     console.rule("[bold]held-out validation: task success")
     describe(report)
     console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; report: {report.get('run_dir')}/report.json; "

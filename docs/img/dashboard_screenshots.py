@@ -1,11 +1,12 @@
 """Screenshots of ``agl-stream dashboard`` during a real training run, for the docs (``make screenshots``).
 
-Runs the demo's GRPO job (``examples/demo.py``'s configuration: the arithmetic agent, the embedded
+Runs the demo's GRPO job (``examples/demo.py``'s configuration: the calculator agent, the embedded
 inference server, the learner publishing weights every step) through ``Trainer.fit`` on a fresh
 data directory, then serves ``agl-stream dashboard`` on what the run wrote, opens it in headless
 Chromium (Debian's ``chromium``) and saves:
 
 * ``dashboard-overview.png`` - the run overview and rewards,
+* ``dashboard-rewards.png``  - held-out accuracy (and pass@k) per policy version, rewards,
 * ``dashboard-training.png`` - the learner's steps,
 * ``dashboard-rollout.png``  - one rollout: attempts, span tree with attributes, triplets.
 
@@ -35,10 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.trainer import Trainer  # noqa: E402
-from examples.demo import load, trainer_config  # noqa: E402
+from examples.demo import AGENT, load, trainer_config  # noqa: E402
 
 SHOTS = {  # file -> (view, window height)
     "dashboard-overview.png": ("#/overview", 1400),
+    "dashboard-rewards.png": ("#/rewards", 1000),
     "dashboard-training.png": ("#/training", 880),
     "dashboard-rollout.png": ("#/rollout/{rollout_id}", 1140),
 }
@@ -83,9 +85,9 @@ def train(data_dir: Path, model: str, steps: int) -> None:
     settings = Settings.from_env(env={}, data_dir=data_dir, partitions=2, kafka_session_timeout_ms=6000)
     from agl_stream_trainer.rl import RL
 
-    trainer = Trainer(RL(trainer_config(steps, model), output_dir=data_dir / "run", eval_timeout=600),
+    trainer = Trainer(RL(trainer_config(steps, model, seed=0), output_dir=data_dir / "run", eval_timeout=600, eval_samples=2),
                       n_runners=1, runner_concurrency=16, settings=settings)  # fmt: skip
-    report = trainer.fit("examples.arithmetic.agent:arithmetic_agent", load("train"), load("val", 16))
+    report = trainer.fit(AGENT, load("train"), load("val", 16))
     print(json.dumps({"steps": report.get("steps"), "policy_version": report.get("policy_version")}), flush=True)
 
 

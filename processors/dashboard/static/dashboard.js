@@ -5,6 +5,7 @@
 (() => {
   const TABS = [
     { key: "overview", title: "Overview", sections: ["overview", "rewards"] },
+    { key: "rewards", title: "Rewards", sections: ["rewards"] },
     { key: "training", title: "Training", sections: ["training"] },
     { key: "rollouts", title: "Rollouts", sections: ["rollouts", "data", "more"] },
   ];
@@ -150,7 +151,7 @@
         `pass@${fmt.int(r.samples_per_item)} ${fmt.pct(r.pass_at_k)}, mean reward ${fmt.num(r.mean_final_reward)}`),
       valueFormat: (v) => fmt.pct(v), height: 214,
     });
-    table(["policy_version", "evaluation", "items", "samples_per_item", "accuracy", "pass_at_k", "mean_final_reward", "mean_format"])(
+    table(["policy_version", "evaluation", "items", "samples_per_item", "accuracy", "pass_at_k", "mean_final_reward", "reward_parts"])(
       body.querySelector(".table-slot"), res);
   }
 
@@ -346,7 +347,7 @@
   }
 
   function route() {
-    const m = location.hash.match(/^#\/(overview|training|rollouts|rollout)(?:\/([\w-]+))?/);
+    const m = location.hash.match(/^#\/(overview|rewards|training|rollouts|rollout)(?:\/([\w-]+))?/);
     const view = m ? m[1] : "overview";
     state.rollout = view === "rollout" ? m[2] : null;
     if (view !== "rollout") state.selectedSpan = null;
