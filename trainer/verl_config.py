@@ -39,12 +39,18 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: verl's filter_groups metrics that mean "the trajectory's reward" (the batcher compares final rewards)
+_FILTER_METRICS = {"acc": "acc", "score": "score", "seq_reward": "seq_reward", "seq_final_reward": "seq_final_reward"}
 _ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus", "drgrpo": "drgrpo"}
 
 #: verl key -> (TrainerConfig path, converter)
 MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "algorithm.adv_estimator": ("algorithm.estimator", lambda v: _ESTIMATORS[v]),
     "algorithm.gamma": ("algorithm.gamma", float),
+    # DAPO's dynamic sampling (verl's filter_groups, off unless enabled, as in verl): all-equal groups are left out
+    "algorithm.filter_groups.enable": ("batcher.drop_zero_variance", bool),
+    "algorithm.filter_groups.metric": ("filter_metric", lambda v: _FILTER_METRICS[v]),
+    "algorithm.filter_groups.max_num_gen_batches": ("max_num_gen_batches", int),
     "data.max_prompt_length": ("algorithm.max_prompt_length", int),
     "data.max_response_length": ("algorithm.max_response_length", int),
     "data.train_batch_size": ("batcher.batch_groups", int),
@@ -156,8 +162,11 @@ def _build(values: dict[str, Any], gpu: Optional[bool]) -> tuple[dict[str, Any],
                 vllm_args.append(path.split(":", 1)[1])
         elif path in ("validate_before", "project_name", "logger"):
             options[path] = value
-        elif path not in ("group_size", "mini_batch_size", "use_kl_loss", "kl_loss_coef", "epochs", "engine.kind"):
+        elif path not in ("group_size", "mini_batch_size", "use_kl_loss", "kl_loss_coef", "epochs", "engine.kind",
+                          "filter_metric", "max_num_gen_batches"):  # fmt: skip
             _set(trainer, path, value)
+    # verl trains every group unless filter_groups.enable: a ported config keeps that meaning
+    _set(trainer, "batcher.drop_zero_variance", values.get("batcher.drop_zero_variance", False))
     max_response = values.get("algorithm.max_response_length")
     if max_response is not None:  # verl generates at most this many tokens per turn: agents get it as max_tokens
         _set(trainer, "sampling_parameters.max_tokens", max_response)
@@ -171,6 +180,11 @@ def _build(values: dict[str, Any], gpu: Optional[bool]) -> tuple[dict[str, Any],
     if values.get("epochs") is not None:
         _set(trainer, "scheduler.epochs", values["epochs"])
     batch = values.get("batcher.batch_groups")
+    gen_batches = values.get("max_num_gen_batches")
+    if gen_batches:  # verl gives up after this many generation batches of train_batch_size groups (0: never)
+        _set(trainer, "batcher.max_zero_variance_groups", gen_batches * (batch or 1))
+    elif gen_batches == 0:
+        _set(trainer, "batcher.max_zero_variance_groups", 10**9)
     mini = values.get("mini_batch_size")
     if batch and mini:
         if batch % mini:

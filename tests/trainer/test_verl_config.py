@@ -46,6 +46,7 @@ def test_calc_x_config_maps_onto_the_trainer_config(caplog: pytest.LogCaptureFix
     assert config.sampling_parameters == {"max_tokens": 2048, "temperature": 1.0}
     assert config.metrics.wandb_project == "AgentLightning"
     assert config.engine.kind == "embedded"  # no GPU: the CPU engine stands in for vLLM
+    assert config.batcher.drop_zero_variance is False  # verl trains every group unless filter_groups.enable
     assert options == {"validate_before": True}
     assert "test_freq" in caplog.text and "embedded CPU engine" in caplog.text
 
@@ -62,6 +63,18 @@ def test_kl_loss_and_mini_batches() -> None:
     config["actor_rollout_ref"]["actor"].update(use_kl_loss=True, kl_loss_coef=0.05, ppo_mini_batch_size=8)
     trainer, _ = map_verl_config(config, gpu=False)
     assert trainer["algorithm"]["kl_coef"] == 0.05 and trainer["algorithm"]["mini_batches"] == 4
+
+
+def test_filter_groups_is_dynamic_sampling() -> None:
+    from agl_stream_trainer.config import TrainerConfig
+
+    config = copy.deepcopy(CALC_X)
+    config["algorithm"]["filter_groups"] = {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    batcher = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).batcher
+    assert batcher.drop_zero_variance is True and batcher.max_zero_variance_groups == 320  # 10 batches of 32 groups
+    config["algorithm"]["filter_groups"] = {"enable": True, "metric": "entropy"}
+    with pytest.raises(VerlConfigError, match="algorithm.filter_groups.metric='entropy'"):
+        map_verl_config(config, gpu=False)
 
 
 def test_keys_that_cannot_be_honoured_are_refused_by_name() -> None:
