@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agl_stream_processors.analytics import SavedQueryError, get_saved_query, load_saved_queries
@@ -33,7 +35,7 @@ def test_every_saved_query_returns_its_declared_columns(ch: ClickHouse) -> None:
 def test_answers_on_known_data(ch: ClickHouse) -> None:
     populate(ch)
     by_version = {r["policy_version"]: r for r in _run(ch, "reward_by_policy_version")}
-    assert set(by_version) == {1, 2}
+    assert set(by_version) == {0, 1, 2}  # 0: the evaluation before training
     assert (by_version[1]["trajectories"], by_version[1]["triplets"], by_version[1]["mean_final_reward"]) == (2, 4, 0.5)
 
     rates = _run(ch, "rollout_rates")[0]
@@ -74,6 +76,15 @@ def test_answers_on_known_data(ch: ClickHouse) -> None:
     triplets = _run(ch, "rollout_triplets", "ro-000000000003")
     assert [(t["triplet"], t["prompt_token_ids"], t["reward"]) for t in triplets] == [(0, [1, 2, 3], None), (1, [1, 2, 4], 1.0)]
     assert _run(ch, "training_progress")[1]["publish_seconds"] == 0.0
+
+    # task success apart from reward: accuracy and pass@k of the evaluations, per policy version
+    accuracy = _run(ch, "accuracy_by_policy_version")
+    assert [(r["policy_version"], r["evaluation"], r["items"], r["samples_per_item"], r["answers"]) for r in accuracy] == [
+        (0, "before", 2, 2, 4), (2, "after", 2, 2, 4)]  # fmt: skip
+    assert [(r["accuracy"], r["pass_at_k"], r["mean_final_reward"]) for r in accuracy] == [(0.25, 0.5, 0.25), (0.75, 1.0, 0.75)]
+    assert json.loads(accuracy[1]["reward_parts"]) == {"correct": 0.75, "format": 0.5}
+    signal = _run(ch, "learning_signal")
+    assert [(r["step"], r["zero_gradient"]) for r in signal] == [(1, 1), (2, 1)]  # populate's steps have no gradient norm
 
 
 def test_malformed_saved_queries_are_rejected() -> None:

@@ -157,6 +157,23 @@ def make_trajectory(
     )
 
 
+def make_evaluations() -> list[Trajectory]:
+    """Two held-out items answered twice, before training (policy version 0) and after (version 2).
+
+    Right answers (the ``correct`` reward dimension): before [1, 0] and [0, 0] (accuracy 0.25, pass@2
+    0.5); after [1, 1] and [1, 0] (accuracy 0.75, pass@2 1.0). Every answer's ``format`` part is 0.5."""
+    out = []
+    for label, version, right in (("before", 0, [[1, 0], [0, 0]]), ("after", 2, [[1, 1], [1, 0]])):
+        for item, samples in enumerate(right):
+            for sample, correct in enumerate(samples):
+                rid = f"ro-e{version}{item}{sample}000000000"[:15]
+                traj = make_trajectory(rid, n=1, reward=float(correct), policy_version=version)
+                out.append(traj.model_copy(update={"mode": "val", "group_id": None, "metadata": {
+                    "reward_dimensions": {"correct": float(correct), "format": 0.5},
+                    "rollout_metadata": {"eval": label, "item_index": item, "sample": sample}}}))  # fmt: skip
+    return out
+
+
 def make_snapshot(rollout_id: str, status: str = "succeeded", attempts: int = 1, *, updated_at: float = 0.0) -> RolloutSnapshot:
     now = time.time()
     return RolloutSnapshot(
@@ -209,7 +226,7 @@ def populate(ch: ClickHouse) -> dict[str, list[str]]:
         make_trajectory(r, n=2, reward=float(i % 2), policy_version=1 + i // 2).model_copy(update={"resources_id": "rs-1"})
         for i, r in enumerate(done)
     ]
-    insert_records(ch, "triplets", trajectories)
+    insert_records(ch, "triplets", trajectories + make_evaluations())
     insert_records(ch, "spans", [make_span(r, sequence_id=s, start_time=now - 1 + s / 10, end_time=now) for r in done for s in (1, 2, 3)])
     llm = LLM(endpoint="http://x/v1", model="m", policy_version=2)
     insert_records(ch, "resources", [ResourcesUpdate(resources_id="rs-1", resources={"main_llm": llm}, version=1)])
