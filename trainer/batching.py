@@ -225,12 +225,9 @@ class GroupAssembler:
                     self._done.extend(m.records)
                 del self._groups[gid]
                 continue
-            if self._no_signal(filtered):
-                self.stats.zero_variance_groups += 1
-                self._zero_variance_since_batch += 1
-                if self.config.drop_zero_variance:
-                    self._drop_no_signal(group, filtered)
-                    continue
+            if self.config.drop_zero_variance and self._no_signal(filtered):
+                self._drop_no_signal(group, filtered)
+                continue
             candidates.append((group, filtered))
         if not candidates or (len(candidates) < self.config.batch_groups and not force):
             return None
@@ -247,8 +244,11 @@ class GroupAssembler:
         self.stats.batches += 1
         self.stats.trained_triplets += sum(len(t.triplets) for t in trajectories)
         self.stats.staleness.update(staleness)
-        signal = sum(not self._no_signal(filtered) for _, filtered in taken)
-        zero_variance, self._zero_variance_since_batch = self._zero_variance_since_batch, 0
+        # counted when a group leaves: here (dropping off: it trains, with zero advantage) or when dropped
+        flat_taken = sum(self._no_signal(filtered) for _, filtered in taken)
+        self.stats.zero_variance_groups += flat_taken
+        signal = len(taken) - flat_taken
+        zero_variance, self._zero_variance_since_batch = self._zero_variance_since_batch + flat_taken, 0
         self._zero_variance_rewards.clear()
         return Batch(trajectories, records, staleness, len(taken), current_version,
                      zero_variance_groups=zero_variance, signal_groups=signal)  # fmt: skip
@@ -259,6 +259,8 @@ class GroupAssembler:
         return len(rewards) > 0 and max(rewards) - min(rewards) <= self.config.zero_variance_tolerance
 
     def _drop_no_signal(self, group: _Group, filtered: "_Filtered") -> None:
+        self.stats.zero_variance_groups += 1
+        self._zero_variance_since_batch += 1
         self._count_stale(filtered)
         for m in group.members.values():
             self._done.extend(m.records)

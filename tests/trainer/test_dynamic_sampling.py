@@ -99,3 +99,13 @@ def test_effective_batch_size_counts_rows_with_advantage() -> None:
     adv = compute_advantages(batch, GRPOConfig())
     assert int(((adv * batch.response_mask).abs().sum(dim=1) > 1e-8).sum()) == 4
     assert torch.equal(adv[4:], torch.zeros_like(adv[4:]))
+
+
+def test_with_dropping_off_a_waiting_flat_group_is_counted_once() -> None:
+    asm = GroupAssembler(_cfg(drop_zero_variance=False))
+    _add(asm, make_group("z", [0, 0, 0, 0], seed=40))
+    for _ in range(5):  # the learner polls while the batch waits for a second group
+        assert asm.pop_batch(0, now=0.0) is None
+    _add(asm, make_group("s", [1, 0, 0, 0], seed=41))
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and batch.zero_variance_groups == 1 and asm.stats.zero_variance_groups == 1
