@@ -19,7 +19,8 @@ bootstrap confidence interval and a sign test, beside pass@k, the mean reward an
 While it runs: a live panel (learner step, policy version, batch reward, rollouts and their rate,
 ETA) and the address of ``agl-stream dashboard``; the learner's steps reach ClickHouse as they
 happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL and ``reports/demo.png``.
-Environment knobs: ``AGL_DEMO_STEPS`` (default 8), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
+Environment knobs: ``AGL_DEMO_STEPS`` (default 6), ``AGL_DEMO_TRAIN_SECONDS`` (360: a time budget for
+the training loop), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2).
 """
 
@@ -52,7 +53,7 @@ def load(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     return rows[:limit] if limit else rows
 
 
-def trainer_config(steps: int, model: str, seed: int) -> dict[str, Any]:
+def trainer_config(steps: int, model: str, seed: int, train_seconds: float | None = None) -> dict[str, Any]:
     return {
         "run_id": "demo",
         "model": model,
@@ -67,6 +68,9 @@ def trainer_config(steps: int, model: str, seed: int) -> dict[str, Any]:
         "publish_every": 1,
         "checkpoint_every": 0,
         "max_steps": steps,
+        # as the policy nears 100% right, groups with signal get rare (dynamic sampling waits for them):
+        # the budget keeps the demo within its 12 minutes on a slow machine
+        "max_train_seconds": train_seconds,
         "idle_timeout_s": 30,
     }
 
@@ -187,14 +191,16 @@ def describe(report: dict[str, Any]) -> None:
         if name in before.get("parts", {}):
             console.print(f"{name.replace('_', ' ')}: {before['parts'][name]:.3f} -> {after.get('parts', {}).get(name, 0):.3f}")
     verdict = "[green]accuracy improved beyond noise" if val["significant"] else "[yellow]no accuracy improvement beyond noise"
-    console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']})")
+    console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']}; "
+                  f"training stopped: {report.get('stop_reason')})")
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "8"))
+    steps = int(os.environ.get("AGL_DEMO_STEPS", "6"))
+    train_seconds = float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360"))
     seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
     model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
     n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
@@ -214,7 +220,7 @@ def main() -> int:
     console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out questions x {eval_samples} answers, "
                   f"{steps} learner steps, model {model}, seed {seed}; logs in {data_dir / 'logs'}")  # fmt: skip
     started = time.monotonic()
-    algorithm = RL(trainer_config(steps, model, seed), output_dir=data_dir / "run", eval_samples=eval_samples)
+    algorithm = RL(trainer_config(steps, model, seed, train_seconds), output_dir=data_dir / "run", eval_samples=eval_samples)
     trainer = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings)
     report = trainer.fit(AGENT, train, val)
     elapsed = time.monotonic() - started

@@ -10,12 +10,16 @@ process used to), and keeps the service's contract:
   child's pid), written to ``--health-file`` and served on ``--health-port``;
 * an app that exits on its own stops the others and makes the service exit non-zero (the apps'
   uncommitted records are replayed when a supervisor restarts it);
-* SIGTERM/SIGINT stop every app gracefully (each has ``--shutdown-timeout`` to finish in-flight work).
+* SIGTERM/SIGINT stop every app gracefully (each has ``--shutdown-timeout`` to finish in-flight work);
+* a supervisor that dies without stopping them (SIGKILL, OOM kill) takes its apps with it: on Linux
+  each child asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so no app
+  goes on consuming as an orphan.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import os
@@ -39,6 +43,28 @@ logger = logging.getLogger(__name__)
 SINKS_ENV = {"JE_MALLOC_CONF": "narenas:1,tcache:false", "ARROW_DEFAULT_MEMORY_POOL": "system"}
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
+
+
+def die_with_parent(parent_pid: int) -> Optional[Any]:
+    """A ``preexec_fn`` (run in the child between fork and exec) that arms SIGTERM on the parent's death.
+
+    None where prctl(2) does not exist (not Linux): there, only a graceful stop reaches the apps.
+    The signal is delivered when the thread that forked exits, so children are started from the
+    supervisor's event-loop thread, which lives as long as the supervisor."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            os._exit(126)  # cannot honour the contract: fail the start rather than risk an orphan
+        if os.getppid() != parent_pid:  # the parent died before the request took effect
+            os._exit(1)
+
+    return arm
+
+
 @dataclass
 class AppProcess:
     name: str
@@ -50,7 +76,7 @@ class AppProcess:
 
     def start(self) -> None:
         self.health_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env})
+        self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, preexec_fn=die_with_parent(os.getpid()))
 
     @property
     def returncode(self) -> Optional[int]:

@@ -59,6 +59,9 @@ class TrainerConfig(BaseModel):
     checkpoint_dir: Optional[Path] = Field(default=None, description="default: <AGL_DATA_DIR>/checkpoints/<run_id>")
     keep_checkpoints: int = Field(default=2, ge=1)
     max_steps: Optional[int] = Field(default=None, ge=1)
+    max_train_seconds: Optional[float] = Field(
+        default=None, gt=0, description="stop training (no new step starts) once the training loop has run this long"
+    )
     idle_timeout_s: float = Field(default=60.0, gt=0, description="stop after the dataset is done and nothing arrived this long")
 
     @model_validator(mode="after")

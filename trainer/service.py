@@ -8,7 +8,8 @@ weights and announce them on ``agl.resources``, then run two tasks concurrently:
 - the learner trains on ``agl.triplets`` batches as they complete, publishing every
   ``publish_every`` steps and checkpointing every ``checkpoint_every`` steps.
 
-The service stops at ``max_steps``, or when the scheduler has enqueued everything, no rollout is
+The service stops at ``max_steps``, after ``max_train_seconds`` of training (a step under way
+finishes), or when the scheduler has enqueued everything, no rollout is
 in flight, and no batch arrived for ``idle_timeout_s`` (remaining complete groups are trained
 first), or when the batcher gives up on a task with no learning signal (:class:`NoLearningSignal`:
 too many groups in a row whose rewards were all equal - the policy already solves, or never
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
@@ -158,8 +160,13 @@ class TrainerService:
             self.scheduler.restore(learner.extra_state.get("scheduler", {}))
             scheduler_task = asyncio.create_task(self.scheduler.run(), name="agl-scheduler")
         idle = 0.0
+        started = time.monotonic()
         try:
             while cfg.max_steps is None or learner.step < cfg.max_steps:
+                if cfg.max_train_seconds is not None and time.monotonic() - started >= cfg.max_train_seconds:
+                    self.stop_reason = f"time budget: {cfg.max_train_seconds:.0f}s of training"
+                    logger.info("training stops at step %d: the time budget of %.0fs is spent", learner.step, cfg.max_train_seconds)
+                    return
                 if scheduler_task is not None and scheduler_task.done() and scheduler_task.exception():
                     raise scheduler_task.exception()  # type: ignore[misc]
                 if self.scheduler is not None:

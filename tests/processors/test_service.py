@@ -218,3 +218,40 @@ def test_every_app_runs_in_its_own_process_and_a_dead_one_stops_the_service(sett
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.mark.integration
+def test_a_killed_supervisor_takes_its_apps_with_it(settings: Settings, tmp_path: Path) -> None:
+    """SIGKILL gives the supervisor no chance to stop its apps: the kernel's parent-death signal does
+    (each app gets SIGTERM and shuts down), so no app goes on consuming as an orphan."""
+    from agl_stream_topics.admin import ensure_topics
+
+    asyncio.run(ensure_topics(settings))
+    health, log = tmp_path / "health.json", tmp_path / "service.log"
+    cmd = [sys.executable, "-m", "agl_stream.cli.main", "processors", "--health-interval", "0.5", "--health-file", str(health)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=_service_env(settings, tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        report = _wait_all_ready(proc, health, {"state-machine", "triplets", "sinks"}, log)
+        pids = [info["pid"] for info in report["processes"].values()]
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        alive = list(pids)
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in alive if _running(pid)]
+            time.sleep(0.2)
+        assert not alive, f"apps left running after the supervisor was killed: {alive}\n{log.read_text(errors='replace')[-3000:]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited orphan waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

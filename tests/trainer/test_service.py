@@ -182,3 +182,18 @@ async def test_a_task_without_signal_ends_with_a_clear_reason(topics: Settings, 
     assert service.learner is not None and service.learner.step == 0
     assert service.stop_reason is not None and service.stop_reason.startswith("no learning signal: 3 groups in a row")
     assert "(3 at reward 0)" in service.stop_reason
+
+
+async def test_a_time_budget_stops_training_between_steps(topics: Settings, tiny_model_dir, tmp_path) -> None:
+    items = [{"q": i, "flat": False} for i in range(40)]
+    config = _service_config(tmp_path, tiny_model_dir, items).model_copy(update={"max_steps": 1000, "max_train_seconds": 4.0})
+    stop, versions = asyncio.Event(), []
+    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
+    service = TrainerService(topics, config)
+    try:
+        await asyncio.wait_for(service.run(), timeout=150)
+    finally:
+        stop.set()
+        await asyncio.gather(runner, return_exceptions=True)
+    assert service.stop_reason == "time budget: 4s of training"
+    assert service.learner is not None and service.learner.step < 1000
