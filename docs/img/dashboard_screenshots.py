@@ -41,7 +41,7 @@ from examples.demo import AGENT, load, trainer_config  # noqa: E402
 SHOTS = {  # file -> (view, window height)
     "dashboard-overview.png": ("#/overview", 1400),
     "dashboard-rewards.png": ("#/rewards", 1000),
-    "dashboard-training.png": ("#/training", 880),
+    "dashboard-training.png": ("#/training", 1300),
     "dashboard-rollout.png": ("#/rollout/{rollout_id}", 1140),
 }
 
@@ -74,10 +74,12 @@ def panel(http: httpx.Client, name: str, **params: Any) -> list[dict[str, Any]]:
 
 
 def pick_rollout(http: httpx.Client) -> Optional[str]:
-    """A finished training rollout with triplets and the most spans (the richest span tree)."""
+    """A finished rollout with triplets and the most spans (the richest span tree), training ones first
+    (the newest rollouts of a finished run are its final evaluation's)."""
     candidates = [r for r in panel(http, "recent_rollouts") if r["status"] == "succeeded" and r["final_reward"] is not None
-                  and r["mode"] == "train" and (r["spans"] or 0) > 1]  # fmt: skip
-    return max(candidates, key=lambda r: (r["spans"], r["final_reward"]))["rollout_id"] if candidates else None
+                  and (r["spans"] or 0) > 1]  # fmt: skip
+    best = max(candidates, key=lambda r: (r["mode"] == "train", r["spans"], r["final_reward"]), default=None)
+    return best["rollout_id"] if best else None
 
 
 def train(data_dir: Path, model: str, steps: int) -> None:

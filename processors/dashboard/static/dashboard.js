@@ -142,7 +142,7 @@
   function accuracyColumns(body, res) {
     const rows = rowsOf(res);
     if (!rows.length) return empty(body, "No evaluation yet: held-out accuracy appears once validation rollouts finish");
-    body.innerHTML = `<div class="legend"><span style="--c:${Charts.PALETTE[2]}">held-out accuracy (right answers) per policy version</span>
+    body.innerHTML = `<div class="legend"><span style="--c:${Charts.PALETTE[0]}">held-out accuracy (right answers) per policy version</span>
       <span style="--c:transparent">pass@k = at least one right of k samples</span></div><div class="plot"></div>
       <div class="table-slot"></div>`;
     Charts.columns(body.querySelector(".plot"), {
