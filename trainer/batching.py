@@ -89,6 +89,7 @@ class BatcherStats:
     dropped_groups: int = 0
     timed_out_groups: int = 0
     zero_variance_groups: int = 0  # groups whose members all earned the same reward (counted, dropped or not)
+    rollouts_filed: int = 0  # distinct train rollouts whose deciding trajectory arrived (retries and replays not counted)
     batches: int = 0
     trained_triplets: int = 0
     staleness: Counter[int] = field(default_factory=Counter)  # histogram of staleness of trained triplets
@@ -194,6 +195,8 @@ class GroupAssembler:
             self._done.extend(old.records)  # a retry replaces a failed / older attempt
         if not trajectory.trainable:
             self.stats.failed_rollouts += 1
+        if old is None:
+            self.stats.rollouts_filed += 1
         group.members[trajectory.rollout_id] = _Member(trajectory, [record])
 
     def _ready_ids(self, now: float) -> list[str]:

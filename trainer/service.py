@@ -144,6 +144,15 @@ class TrainerService:
                 if asyncio.iscoroutine(result):
                     await result
 
+    def _every_trajectory_filed(self, learner: Learner) -> bool:
+        """Nothing can still arrive: every enqueued rollout has its trajectory filed and no group waits.
+
+        (The idle timeout covers the rest: trajectories still in transit when the last rollout finished.)"""
+        if self.scheduler is None or learner.batcher is None:
+            return False
+        assembler = learner.batcher.assembler
+        return assembler.pending_groups == 0 and assembler.stats.rollouts_filed >= self.scheduler.enqueued
+
     async def _loop(self, learner: Learner, producer: Any) -> None:
         cfg = self.config
         scheduler_task: Optional[asyncio.Task[None]] = None
@@ -182,6 +191,10 @@ class TrainerService:
                     idle = 0.0
                     continue
                 idle += 5.0
+                if finished and self._every_trajectory_filed(learner):
+                    logger.info("dataset done and every rollout's trajectory arrived; no batch is left: stopping")
+                    self.stop_reason = "dataset done"
+                    return
                 if finished and scheduler_task is not None and idle >= cfg.idle_timeout_s:
                     logger.info("dataset done and no batch for %.0fs: stopping", idle)
                     self.stop_reason = "dataset done"

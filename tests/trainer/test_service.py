@@ -130,6 +130,19 @@ def _service_config(tmp_path, tiny_model_dir, items: list[dict], **batcher) -> T
     })  # fmt: skip
 
 
+async def _train_with_runner(topics: Settings, config: TrainerConfig) -> TrainerService:
+    """Run the trainer service to its end beside the stand-in runner scoring with :func:`_flat_or_split`."""
+    stop, versions = asyncio.Event(), []
+    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
+    service = TrainerService(topics, config)
+    try:
+        await asyncio.wait_for(service.run(), timeout=150)
+    finally:
+        stop.set()
+        await asyncio.gather(runner, return_exceptions=True)
+    return service
+
+
 def _flat_or_split(task: AttemptedRollout, token_ids: list[int]) -> float:
     """Items marked flat earn 0 for every member (no signal); the others split their group 1 / 0."""
     return 0.0 if task.input["flat"] else float(task.metadata["group_member"] % 2)
@@ -141,14 +154,7 @@ async def test_dynamic_sampling_trains_only_groups_with_signal(topics: Settings,
     items = [{"q": i, "flat": i % 3 != 2} for i in range(12)]  # two flat groups before each split one
     config = _service_config(tmp_path, tiny_model_dir, items)
     assert config.batcher.drop_zero_variance is True  # the default for grpo
-    stop, versions = asyncio.Event(), []
-    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
-    service = TrainerService(topics, config)
-    try:
-        await asyncio.wait_for(service.run(), timeout=150)
-    finally:
-        stop.set()
-        await asyncio.gather(runner, return_exceptions=True)
+    service = await _train_with_runner(topics, config)
     assert service.learner is not None and service.learner.step == 3 and service.stop_reason == "max_steps"
     history = service.learner.metrics.history
     assert [m.extra["signal_groups"] for m in history] == [1.0, 1.0, 1.0]
@@ -171,14 +177,7 @@ async def test_dynamic_sampling_trains_only_groups_with_signal(topics: Settings,
 async def test_a_task_without_signal_ends_with_a_clear_reason(topics: Settings, tiny_model_dir, tmp_path) -> None:
     items = [{"q": i, "flat": True} for i in range(8)]
     config = _service_config(tmp_path, tiny_model_dir, items, max_zero_variance_groups=3)
-    stop, versions = asyncio.Event(), []
-    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
-    service = TrainerService(topics, config)
-    try:
-        await asyncio.wait_for(service.run(), timeout=150)
-    finally:
-        stop.set()
-        await asyncio.gather(runner, return_exceptions=True)
+    service = await _train_with_runner(topics, config)
     assert service.learner is not None and service.learner.step == 0
     assert service.stop_reason is not None and service.stop_reason.startswith("no learning signal: 3 groups in a row")
     assert "(3 at reward 0)" in service.stop_reason
@@ -187,13 +186,6 @@ async def test_a_task_without_signal_ends_with_a_clear_reason(topics: Settings, 
 async def test_a_time_budget_stops_training_between_steps(topics: Settings, tiny_model_dir, tmp_path) -> None:
     items = [{"q": i, "flat": False} for i in range(40)]
     config = _service_config(tmp_path, tiny_model_dir, items).model_copy(update={"max_steps": 1000, "max_train_seconds": 4.0})
-    stop, versions = asyncio.Event(), []
-    runner = asyncio.create_task(_runner(topics, stop, versions, _flat_or_split))
-    service = TrainerService(topics, config)
-    try:
-        await asyncio.wait_for(service.run(), timeout=150)
-    finally:
-        stop.set()
-        await asyncio.gather(runner, return_exceptions=True)
+    service = await _train_with_runner(topics, config)
     assert service.stop_reason == "time budget: 4s of training"
     assert service.learner is not None and service.learner.step < 1000
