@@ -27,14 +27,14 @@ from agl_stream.types import LLM
 from examples.arithmetic.agent import solve as solve_direct
 from examples.arithmetic.tiers import make_tier
 from examples.calc_agent.agent import run_episode as calc_episode
-from examples.calc_agent.protocol import final_number
+from examples.arithmetic.reward import is_correct
 
 console = Console()
 
 
 def direct_episode(task: dict[str, Any], llm: LLM) -> dict[str, float]:
     reply = solve_direct(task, llm)
-    return {"correct": float(final_number(reply) == task["answer"])}
+    return {"correct": float(is_correct(reply, task["answer"]))}
 
 
 AGENTS: dict[str, Callable[[dict[str, Any], LLM], dict[str, float]]] = {

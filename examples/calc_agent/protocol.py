@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from examples.arithmetic.agent import calculator
+from examples.arithmetic.reward import is_correct
 
 CALL = re.compile(r"^\s*CALC\s+([-+*/().\d\s]+?)\s*$", re.MULTILINE)
-_INT = re.compile(r"-?\d+")
 
 SYSTEM_PROMPT = (
     "You are a math assistant with a calculator. To use it, reply with one line: CALC <expression>. "
@@ -40,13 +40,7 @@ def parse_call(reply: str) -> Optional[str]:
     if match is None:
         return None
     expression = match.group(1).strip()
-    return expression if calculator(expression) and not calculator(expression).startswith("error") else None
-
-
-def final_number(reply: str) -> Optional[str]:
-    """The answer a reply gives: its last integer (format gates nothing beyond 'there is a number')."""
-    numbers = _INT.findall(reply or "")
-    return numbers[-1] if numbers else None
+    return None if calculator(expression).startswith("error") else expression
 
 
 @dataclass(frozen=True)
@@ -62,5 +56,5 @@ class EpisodeScore:
 def score(first_reply: str, final_reply: str, answer: str) -> EpisodeScore:
     expression = parse_call(first_reply)
     call_correct = expression is not None and calculator(expression) == answer.strip()
-    correct = final_number(final_reply) == answer.strip()
+    correct = is_correct(final_reply, answer)  # the reply's last integer is the answer
     return EpisodeScore(float(correct), float(expression is not None), float(call_correct))

@@ -6,7 +6,7 @@ import pytest
 
 from examples.arithmetic.agent import calculator
 from examples.arithmetic.tiers import TIERS, make_tier
-from examples.calc_agent.protocol import final_number, parse_call, score
+from examples.calc_agent.protocol import parse_call, score
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_score_reports_the_call_and_pays_only_the_final_answer() -> None:
     assert (wrong_call.call_well_formed, wrong_call.call_correct, wrong_call.correct) == (1.0, 0.0, 0.0)
     no_call = score("10063", "10063", "10063")  # answered unaided
     assert (no_call.call_well_formed, no_call.correct) == (0.0, 1.0)
-    assert final_number("The answer is 12.") == "12" and final_number("none") is None
+    assert score("CALC 2 * 6", "The answer is 12.", "12").correct == 1.0 and score("", "none", "12").correct == 0.0
 
 
 @pytest.mark.parametrize("tier", sorted(TIERS))
