@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench scaling chaos setup browser screenshots constraints golden clean
+.PHONY: demo test bench scaling chaos setup browser upstream screenshots constraints golden clean
 
 setup: $(STAMP)
 
@@ -31,8 +31,19 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 demo: setup
 	$(BIN)/python -m examples.demo
 
-test: setup browser
+test: setup browser upstream
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Upstream Agent Lightning 0.3.0 in a side venv (never a dependency): the drop-in tests run its own
+# store client, runners and module list against agl-stream. About 70 s once, from the registries.
+UPSTREAM_VENV  := .agl/upstream-venv
+UPSTREAM_STAMP := $(UPSTREAM_VENV)/.agl-installed
+UPSTREAM_CONSTRAINTS := tests/agl_stream/adapter/golden/agentlightning-0.3.0-constraints.txt
+upstream: $(UPSTREAM_STAMP)
+$(UPSTREAM_STAMP): $(UPSTREAM_CONSTRAINTS)
+	test -x $(UPSTREAM_VENV)/bin/python || $(PYTHON) -m venv $(UPSTREAM_VENV)
+	$(UPSTREAM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(UPSTREAM_CONSTRAINTS) agentlightning==0.3.0
+	touch $(UPSTREAM_STAMP)
 
 # Debian's chromium renders the dashboard in the tests (headless). Installed when missing and this
 # runs as root with apt (CI); elsewhere the browser test is skipped with the reason.

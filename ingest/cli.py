@@ -22,7 +22,7 @@ from agl_stream_ingest.metrics import MULTIPROC_ENV
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.proxy.config import BACKEND_KEY_ENV, ProxyConfig
 
-app = typer.Typer(no_args_is_help=True, help="Network front doors that turn outside traffic into agl.spans records.")
+app = typer.Typer(no_args_is_help=True, help="Network front doors that turn outside traffic into topic records.")
 logger = logging.getLogger(__name__)
 
 BootstrapOpt = typer.Option(None, "--bootstrap", "-b", envvar="AGL_KAFKA_BOOTSTRAP", help="Kafka host:port")
@@ -116,3 +116,30 @@ def proxy(
     env, options = _common(bootstrap, max_body_bytes, request_timeout, produce_timeout)
     env.update(proxy_config.to_env())
     _serve("agl_stream_ingest.proxy.app:app_from_env", host, port, workers, env, max(options.request_timeout, options.produce_timeout))
+
+
+@app.command("store")
+def store(
+    bootstrap: Optional[str] = BootstrapOpt,
+    clickhouse_dsn: Optional[str] = typer.Option(
+        None, "--clickhouse-dsn", envvar="AGL_CLICKHOUSE_DSN",
+        help="where query_spans reads (default: the local embedded engine, through its SQL door)"),
+    host: str = HostOpt,
+    port: int = typer.Option(4747, "--port", "-p", help="upstream `agl store`'s default port"),
+    workers: int = WorkersOpt,
+    span_counts: bool = typer.Option(
+        True, "--span-counts/--no-span-counts",
+        help="report the spans a replica accepted with an attempt it handed out; turn off when a balancer "
+             "may spread one runner's calls over several replicas (consumers then wait their grace period)"),
+    max_body_bytes: Optional[int] = MaxBodyOpt,
+    request_timeout: Optional[float] = TimeoutOpt,
+    produce_timeout: Optional[float] = ProduceTimeoutOpt,
+) -> None:
+    """Upstream's store REST API (/v1/agl/..., OTLP /v1/traces): upstream clients and runners, unchanged."""
+    from agl_stream_ingest.store.app import SPAN_COUNTS_ENV
+
+    env, options = _common(bootstrap, max_body_bytes, request_timeout, produce_timeout)
+    if clickhouse_dsn:
+        env["AGL_CLICKHOUSE_DSN"] = clickhouse_dsn
+    env[SPAN_COUNTS_ENV] = "1" if span_counts else "0"
+    _serve("agl_stream_ingest.store.app:app_from_env", host, port, workers, env, options.produce_timeout)

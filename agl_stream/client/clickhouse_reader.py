@@ -1,9 +1,9 @@
 """``ClickHouseSpanReader``: ``query_spans`` over the ClickHouse ``spans`` table, through clickhouse-connect.
 
 Works against a ClickHouse server (``http(s)://...`` DSN) from any process. The embedded engine
-(``chdb:///dir``) has one owning process per data directory: it can be read from the process that
-runs the sinks (a test, an example or a notebook that runs the processors in-process), not from a
-second process; opening it elsewhere raises :class:`SpanReaderUnavailable` saying so.
+(``chdb:///dir``) has one owning process per data directory: the process that runs the sinks reads
+it directly; another process reads it through the sinks' read-only SQL door when one is serving
+(its door file says where), and raises :class:`SpanReaderUnavailable` saying so otherwise.
 
 Filters, sort and pagination run in SQL (``FINAL`` collapses a span delivered twice), timestamps
 are read as integer nanoseconds so a span reads back exactly as it was written. clickhouse-connect
@@ -80,8 +80,14 @@ class ClickHouseSpanReader:
         if self._client is None:
             import clickhouse_connect
 
+            dsn = self.target.dsn
+            if self.target.embedded:
+                from agl_stream.client.sql_door import door_dsn_for
+
+                # another process owns the engine (chdb: one per directory) and serves its SQL door
+                dsn = door_dsn_for(dsn) or dsn
             try:
-                client = clickhouse_connect.get_client(dsn=self.target.dsn)
+                client = clickhouse_connect.get_client(dsn=dsn)
             except Exception as exc:
                 where = self.target.describe()
                 hint = (
@@ -128,11 +134,13 @@ class ClickHouseSpanReader:
         _, rows = await self._query(
             "SELECT (SELECT max(SpanCount) FROM attempts WHERE RolloutId = {r:String} AND AttemptId = {a:String} "
             "AND Kind = 'finished'), (SELECT uniqExact(SpanId) FROM spans WHERE RolloutId = {r:String} "
-            "AND AttemptId = {a:String})",
+            "AND AttemptId = {a:String}), (SELECT count() FROM attempts WHERE RolloutId = {r:String} "
+            "AND AttemptId = {a:String} AND Kind = 'finished')",
             {"r": rollout_id, "a": attempt_id},
         )
-        expected, stored = rows[0]
-        return AttemptProgress(None if expected is None else int(expected), int(stored))
+        expected, stored, finished = rows[0]
+        return AttemptProgress(None if expected is None else int(expected), int(stored),
+                               finished_uncounted=expected is None and int(finished) > 0)  # fmt: skip
 
     async def missing_span_ids(self, rollout_id: str, attempt_id: str, span_ids: Sequence[str]) -> set[str]:
         if not span_ids:

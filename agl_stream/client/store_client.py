@@ -326,6 +326,8 @@ class StoreClient:
         worker_id: Union[str, Unset] = UNSET,
         last_heartbeat_time: Union[float, Unset] = UNSET,
         metadata: Union[Optional[dict[str, Any]], Unset] = UNSET,
+        *,
+        span_count: Union[Optional[int], Unset] = UNSET,
     ) -> Attempt:
         """Report an attempt's progress as the runner's ``AttemptEvent`` records.
 
@@ -334,6 +336,8 @@ class StoreClient:
         ``preparing``/``running`` or a ``worker_id`` -> ``started`` (an attempt becomes ``running`` with
         its first span, as upstream's ``add_span``); ``last_heartbeat_time`` alone -> ``heartbeat``.
         ``timeout``/``unresponsive`` are the watchdog's (``RolloutConfig``) and are refused.
+        ``span_count`` (agl-stream only) overrides the count a ``finished`` carries: None when the caller
+        cannot know it (consumers then wait their grace period instead of a count).
         """
         if not isinstance(status, Unset) and status in WATCHDOG_STATUSES:
             raise UnsupportedOnStream(
@@ -357,9 +361,11 @@ class StoreClient:
         task = self._task_of(snap, updated)
         event_meta = dict(updated.metadata)
         if not isinstance(status, Unset) and status in FINISHED_BY_RUNNER:
-            writes = self._writes.get((rollout_id, updated.attempt_id))
+            if isinstance(span_count, Unset):
+                writes = self._writes.get((rollout_id, updated.attempt_id))
+                span_count = writes.span_count if writes else 0
             await self._send_event(task, "finished", status=status, worker_id=updated.worker_id,
-                                   span_count=writes.span_count if writes else 0, metadata=event_meta)  # fmt: skip
+                                   span_count=span_count, metadata=event_meta)  # fmt: skip
             aid = updated.attempt_id
 
             def applied(s: RolloutSnapshot) -> bool:
@@ -465,6 +471,26 @@ class StoreClient:
             if remaining is not None and remaining <= 0:
                 return done
             await self._rollouts.wait_changed(1.0 if remaining is None else min(remaining, 1.0))
+
+    async def wait_until_known(self, rollout_id: str, attempt_id: Optional[str] = None,
+                               timeout: Optional[float] = None) -> bool:  # fmt: skip
+        """Wait until this client's view has the rollout (and the attempt, when given); False after ``timeout``.
+
+        For writers that serve other processes (the store front door): a rollout enqueued or dequeued
+        through another client reaches this view only once the state machine reported it."""
+        deadline = time.monotonic() + (self.consistency_timeout if timeout is None else timeout)
+
+        def known() -> bool:
+            if self.view.snapshot(rollout_id) is None:
+                return False
+            return attempt_id is None or attempt_id == "latest" or self.view.attempt(rollout_id, attempt_id) is not None
+
+        while not known():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self._rollouts.wait_changed(min(remaining, 0.5))
+        return True
 
     def _require_rollout(self, rollout_id: str) -> RolloutSnapshot:
         snap = self.view.snapshot(rollout_id)

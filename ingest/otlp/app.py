@@ -22,6 +22,7 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from agl_stream.config import Settings
+from agl_stream.types import Span
 from agl_stream_ingest.http import add_operations, read_body_within
 from agl_stream_ingest.metrics import SPANS_REJECTED
 from agl_stream_ingest.options import IngestOptions
@@ -95,36 +96,48 @@ def create_app(
 
     @app.post("/v1/traces")
     async def export_traces(request: Request) -> Response:
-        check_token(request, options.token)
-        media_type = _media_type(request)
-        if media_type not in (PROTOBUF, JSON):
-            raise HTTPException(415, f"unsupported Content-Type {media_type or '<none>'!r}: use {PROTOBUF} or {JSON}")
-        body = await read_body_within(request, options.max_body_bytes, options.request_timeout)
-        body = decode_content_encoding(body, request.headers.get("content-encoding"), options.max_body_bytes)
-        try:
-            export = parse_protobuf(body) if media_type == PROTOBUF else parse_json(body)
-        except OtlpDecodeError as exc:
-            raise HTTPException(400, str(exc)) from None
-
-        decoded = to_spans(export, allocator)
-        rejected = list(decoded.rejected)
-        records: list[tuple[str, bytes]] = []
-        for span in decoded.spans:
-            try:
-                records.append((span.rollout_id, publisher.encode(span)))
-            except RecordTooLarge as exc:
-                rejected.append(Rejection(span_id=span.span_id, name=span.name, code="too_large", reason=str(exc)))
-        try:
-            await publisher.publish(records)
-        except PublishError as exc:
-            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
-        for rejection in rejected:
-            SPANS_REJECTED.labels(SERVER, rejection.code).inc()
-        if rejected:
-            logger.warning("rejected %d of %d span(s): %s", len(rejected), len(rejected) + len(records), rejected[0].reason)
-        return _export_response(request, rejected)
+        response, _accepted = await export(request, options, publisher, allocator)
+        return response
 
     return app
+
+
+async def export(
+    request: Request, options: IngestOptions, publisher: SpanPublisher, allocator: SequenceAllocator
+) -> tuple[Response, list[Span]]:
+    """Handle one ``POST /v1/traces``: the OTLP response and the spans the broker acknowledged.
+
+    Shared with the store front door, which serves the same route on upstream's store address."""
+    check_token(request, options.token)
+    media_type = _media_type(request)
+    if media_type not in (PROTOBUF, JSON):
+        raise HTTPException(415, f"unsupported Content-Type {media_type or '<none>'!r}: use {PROTOBUF} or {JSON}")
+    body = await read_body_within(request, options.max_body_bytes, options.request_timeout)
+    body = decode_content_encoding(body, request.headers.get("content-encoding"), options.max_body_bytes)
+    try:
+        export_request = parse_protobuf(body) if media_type == PROTOBUF else parse_json(body)
+    except OtlpDecodeError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+    decoded = to_spans(export_request, allocator)
+    rejected = list(decoded.rejected)
+    records: list[tuple[str, bytes]] = []
+    accepted: list[Span] = []
+    for span in decoded.spans:
+        try:
+            records.append((span.rollout_id, publisher.encode(span)))
+            accepted.append(span)
+        except RecordTooLarge as exc:
+            rejected.append(Rejection(span_id=span.span_id, name=span.name, code="too_large", reason=str(exc)))
+    try:
+        await publisher.publish(records)
+    except PublishError as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+    for rejection in rejected:
+        SPANS_REJECTED.labels(publisher.server, rejection.code).inc()
+    if rejected:
+        logger.warning("rejected %d of %d span(s): %s", len(rejected), len(rejected) + len(records), rejected[0].reason)
+    return _export_response(request, rejected), accepted
 
 
 def app_from_env() -> FastAPI:

@@ -36,7 +36,7 @@ from tests.agl_stream.adapter.golden.spec import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-DEFAULT_VENV = REPO_ROOT / ".agl" / "golden-venv"
+DEFAULT_VENV = REPO_ROOT / ".agl" / "upstream-venv"  # the side venv `make upstream` creates
 PROCESSES = ("agentops", "otel", "proxy")
 VERSIONS_OF = ("agentlightning", "agentops", "openai", "litellm", "opentelemetry-sdk", "pydantic")
 RECORD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AGENTOPS_LOGGING_TO_FILE": "False"}
