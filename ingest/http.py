@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from agl_stream_ingest.metrics import REQUESTS, metrics_response
+from agl_stream_ingest.metrics import REQUEST_LATENCY, REQUESTS, metrics_response
 from agl_stream_ingest.security import read_body
 
 logger = logging.getLogger(__name__)
@@ -32,10 +33,13 @@ def add_operations(app: FastAPI, server: str) -> None:
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
         response = await call_next(request)
         route = request.scope.get("route")
         # The route template (not the raw path) keeps rollout ids out of the label values.
-        REQUESTS.labels(server, getattr(route, "path", "unmatched"), str(response.status_code)).inc()
+        template = getattr(route, "path", "unmatched")
+        REQUESTS.labels(server, template, str(response.status_code)).inc()
+        REQUEST_LATENCY.labels(server, template).observe(time.perf_counter() - started)
         return response
 
 

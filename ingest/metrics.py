@@ -1,4 +1,4 @@
-"""Prometheus metrics of the ingest servers (one set, labelled by server: ``otlp`` or ``proxy``).
+"""Prometheus metrics of the ingest servers (one set, labelled by server: ``otlp``, ``proxy`` or ``store``).
 
 Under ``uvicorn --workers N`` every worker is its own process with its own counters; when
 ``PROMETHEUS_MULTIPROC_DIR`` is set (the ``agl-stream ingest`` commands set it for N > 1) the
@@ -18,6 +18,12 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REQUESTS = Counter(
     "agl_ingest_requests_total", "HTTP requests answered, by server, route and status code", ["server", "route", "code"]
+)
+REQUEST_LATENCY = Histogram(
+    "agl_ingest_request_latency_seconds",
+    "time to answer a request, by server and route template",
+    ["server", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 SPANS_ACCEPTED = Counter("agl_ingest_spans_accepted_total", "spans acknowledged by the broker", ["server"])
 SPANS_REJECTED = Counter(

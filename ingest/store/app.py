@@ -64,6 +64,9 @@ SERVER = "store"
 AGL = "/v1/agl"
 #: how long a write naming a rollout this replica has not seen yet waits for the state machine to report it
 KNOWN_TIMEOUT = 10.0
+#: how long a dequeue waits for a task: upstream's runners sleep 5 s after an empty answer, so a task
+#: still in flight to this replica's consumer should be waited for rather than answered "empty"
+DEQUEUE_WAIT = 2.0
 
 
 def _error(status: int, detail: str, error_type: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
@@ -108,7 +111,7 @@ def create_app(
     ``span_counts=False`` reports every finished attempt without a span count (consumers wait their
     grace period): for replicas behind a balancer that may spread one runner's calls over several."""
     options = options or IngestOptions()
-    store = store or StoreClient(settings)
+    store = store or StoreClient(settings, dequeue_poll_timeout=DEQUEUE_WAIT)
     publisher = publisher or SpanPublisher(settings, SERVER, timeout=options.produce_timeout)
     allocator = SequenceAllocator()
     ledger = SpanLedger()

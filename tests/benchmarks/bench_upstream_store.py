@@ -1,0 +1,228 @@
+"""Benchmark: upstream's own store client and runners against the store front door, and against upstream's store.
+
+An upstream deployment moves to agl-stream by pointing its store URL at ``agl-stream ingest store``.
+This measures what that gives, side by side on the same machine in the same session:
+
+* **agl-stream**: the local stack (Tansu broker, ``agl-stream processors`` with the embedded ClickHouse
+  and its SQL door) plus ``agl-stream ingest store``;
+* **upstream**: ``agl store`` (agentlightning 0.3.0's in-memory ``LightningStoreServer``) from the
+  side venv.
+
+Both run the same client, ``upstream_store_workload.py`` with the side venv's python: upstream's
+``Trainer`` with ``ClientServerExecutionStrategy(managed_store=False)`` and ``--runners`` upstream
+runner processes, in upstream's batch mode (every rollout verified from ``query_spans``). Runs
+alternate (agl-stream, upstream, agl-stream, ...). Reported per run: rollouts/s and every rollout
+verified (the workload's own figures), and CPU seconds per rollout of the server side (agl-stream:
+broker + processors + front door; upstream: the store process) and of the client side (algorithm +
+runners), from /proc (psutil).
+
+Run: ``python tests/benchmarks/bench_upstream_store.py [--runs 3] [--rollouts 1024] [--batch 128]
+[--runners 8] [--json out.json]`` (needs ``make upstream``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from agl_stream.config import Settings  # noqa: E402
+from agl_stream.execution.local_stack import LocalStack  # noqa: E402
+from agl_stream.execution.process import ServiceProcess, agl_command  # noqa: E402
+from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
+from tests.upstream_venv import UPSTREAM_ENV, UPSTREAM_VENV  # noqa: E402
+
+WORKLOAD = Path(__file__).with_name("upstream_store_workload.py")
+console = Console()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | ServiceProcess, timeout: float = 120.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = proc.poll() is None if isinstance(proc, subprocess.Popen) else proc.alive
+        if not alive:
+            raise RuntimeError(f"the store at {url} exited during start-up")
+        try:
+            with urllib.request.urlopen(url + "/v1/agl/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the store at {url} was not healthy within {timeout:.0f}s")
+
+
+def run_workload(url: str, args: argparse.Namespace, sampler: ProcessSampler, log: Path) -> dict[str, Any]:
+    """The upstream client against ``url``; its result plus the client side's CPU."""
+    python = UPSTREAM_VENV / "bin" / "python"
+    cmd = [str(python), str(WORKLOAD), "--store-url", url, "--total-tasks", str(args.rollouts),
+           "--batch-size", str(args.batch), "--n-runners", str(args.runners), "--sleep-seconds", str(args.sleep)]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **UPSTREAM_ENV})
+        sampler.watch("client", proc.pid)
+        code = proc.wait(timeout=args.timeout)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("{")]
+    if code != 0 or not lines:
+        raise RuntimeError(f"the upstream workload failed (exit {code}); see {log}")
+    return json.loads(lines[-1])
+
+
+def route_latency(url: str) -> dict[str, dict[str, float]]:
+    """Requests and mean answer time per route of the front door, from its /metrics."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    found: dict[str, dict[str, float]] = {}
+    for match in re.finditer(r'^agl_ingest_request_latency_seconds_(sum|count)\{(.*?)\} (\S+)$', text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if labels.get("server") == "store":
+            found.setdefault(labels["route"], {})[match.group(1)] = float(match.group(3))
+    return {route: {"requests": v.get("count", 0.0), "mean_ms": round(1000 * v.get("sum", 0.0) / max(v.get("count", 1.0), 1.0), 2)}
+            for route, v in sorted(found.items(), key=lambda kv: -kv[1].get("sum", 0.0))}  # fmt: skip
+
+
+def cpu_by_side(sampler: ProcessSampler) -> dict[str, Any]:
+    sides: dict[str, Any] = {"server": 0.0, "client": 0.0}
+    detail = sampler.cpu_since()
+    sides["by_process"] = {key: round(seconds, 2) for key, seconds in sorted(detail.items(), key=lambda kv: -kv[1])}
+    for key, seconds in detail.items():
+        role = key.split("/", 1)[0]
+        if role in ("broker", "processors", "front_door", "upstream_store"):
+            sides["server"] += seconds
+        elif role == "client":
+            sides["client"] += seconds
+    return sides
+
+
+async def run_agl_stream(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    settings = Settings.from_env(env={}, data_dir=work / "agl", partitions=args.partitions)
+    stack = LocalStack(settings, log_dir=work / "logs")
+    sampler = ProcessSampler().start()
+    front: ServiceProcess | None = None
+    try:
+        settings = await stack.start()
+        assert stack.broker is not None
+        sampler.watch("broker", stack.broker.pid)
+        sampler.watch("processors", stack.services[0].pid)
+        port = free_port()
+        front = ServiceProcess("front-door", agl_command("ingest", "store", "--port", str(port)), env=stack.env(),
+                               log_path=work / "logs" / "front-door.log").start()  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, front)
+        sampler.watch("front_door", front.pid)
+        sampler.mark()
+        result = run_workload(url, args, sampler, work / "logs" / "workload.log")
+        result["cpu_s"] = cpu_by_side(sampler)
+        result["front_door_routes"] = route_latency(url)
+        return result
+    finally:
+        sampler.stop()
+        if front is not None:
+            front.stop(timeout=30)
+        stack.stop()
+
+
+def run_upstream(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    sampler = ProcessSampler().start()
+    log = work / "agl-store.log"
+    with log.open("wb") as out:
+        store = subprocess.Popen([str(UPSTREAM_VENV / "bin" / "agl"), "store", "--port", str(port), "--log-level", "WARNING"],
+                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **UPSTREAM_ENV})  # fmt: skip
+    try:
+        wait_healthy(url, store)
+        sampler.watch("upstream_store", store.pid)
+        sampler.mark()
+        result = run_workload(url, args, sampler, work / "workload.log")
+        result["cpu_s"] = cpu_by_side(sampler)
+        return result
+    finally:
+        sampler.stop()
+        store.terminate()
+        store.wait(30)
+
+
+def summarize(runs: list[dict[str, Any]], rollouts: int) -> dict[str, Any]:
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"min": round(min(values), 2), "median": round(statistics.median(values), 2), "max": round(max(values), 2)}
+
+    return {
+        "runs": len(runs),
+        "all_verified": all(r["verified"] == rollouts for r in runs),
+        "rollouts_per_s": spread([r["rollouts_per_s"] for r in runs]),
+        "server_cpu_ms_per_rollout": spread([1000 * r["cpu_s"]["server"] / r["verified"] for r in runs]),
+        "client_cpu_ms_per_rollout": spread([1000 * r["cpu_s"]["client"] / r["verified"] for r in runs]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rollouts", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--runners", type=int, default=8)
+    parser.add_argument("--sleep", type=float, default=0.01, help="agent sleep per span (upstream's default is 1.0)")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--only", choices=("agl-stream", "upstream"), default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="keep each run's logs and data under this folder")
+    args = parser.parse_args()
+    if not (UPSTREAM_VENV / "bin" / "python").exists():
+        raise SystemExit(f"no upstream side venv at {UPSTREAM_VENV}: run `make upstream`")
+    results: dict[str, list[dict[str, Any]]] = {"agl-stream": [], "upstream": []}
+    for i in range(args.runs):
+        for system in ("agl-stream", "upstream"):
+            if args.only and system != args.only:
+                continue
+            with tempfile.TemporaryDirectory(prefix=f"agl-bench-{system}-") as tmp:
+                console.print(f"run {i + 1}/{args.runs}: {system}")
+                work = args.keep / f"{system}-{i + 1}" if args.keep else Path(tmp)
+                work.mkdir(parents=True, exist_ok=True)
+                result = asyncio.run(run_agl_stream(args, work)) if system == "agl-stream" else run_upstream(args, work)
+            console.print(f"  {({k: v for k, v in result.items() if k != 'front_door_routes'})}")
+            results[system].append(result)
+    report = {"workload": {k: getattr(args, k) for k in ("rollouts", "batch", "runners", "sleep", "partitions")},
+              "cpu_count": os.cpu_count(), "runs": results,
+              "summary": {name: summarize(runs, args.rollouts) for name, runs in results.items() if runs}}  # fmt: skip
+    table = Table(title="upstream's store workload, upstream's client and runners")
+    for col in ("system", "runs", "all verified", "rollouts/s", "server CPU ms/rollout", "client CPU ms/rollout"):
+        table.add_column(col)
+    for name, s in report["summary"].items():
+        def fmt(d: dict[str, float]) -> str:
+            return f"{d['median']} ({d['min']}-{d['max']})"
+
+        table.add_row(name, str(s["runs"]), str(s["all_verified"]), fmt(s["rollouts_per_s"]),
+                      fmt(s["server_cpu_ms_per_rollout"]), fmt(s["client_cpu_ms_per_rollout"]))  # fmt: skip
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
