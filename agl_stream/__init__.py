@@ -6,12 +6,15 @@ meaning; the upstream names that have no counterpart here are listed with their 
 ``docs/porting-from-agent-lightning.md``. Every name is resolved on first use (PEP 562), so
 importing the package is cheap and never pulls torch, faust, chdb or litellm (a test enforces this);
 ``agl.APO``, ``agl.VERL`` and ``agl.RL`` load the trainer service package when first touched.
+An upstream name or module path that agl-stream replaces raises an ``ImportError`` naming the
+replacement (``agl_stream._porting``).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import sys
+from typing import Any, Optional
 
 __version__ = "0.1.0"
 
@@ -70,11 +73,45 @@ _SERVICE_NAMES = {
 _SUBMODULES: dict[str, str] = {
     name: f"agl_stream.{name}"
     for name in ("adapter", "algorithm", "client", "config", "emitter", "env_var", "execution", "instrumentation",
-                 "litagent", "logging", "reward", "runner", "semconv", "tracer", "trainer", "types")  # fmt: skip
+                 "litagent", "logging", "reward", "runner", "semconv", "tracer", "trainer", "types",
+                 "utils")  # fmt: skip
 }
 _SUBMODULES.update(core="agl_stream.types.core", resources="agl_stream.types.resources")
 
 __all__ = sorted({*_NAMES, *_SERVICE_NAMES})
+
+#: upstream's top-level names and modules that agl-stream replaces (the text is in agl_stream._porting)
+_REPLACED_NAMES = frozenset({
+    "AgentLightningClient", "AgentLightningServer", "ClientServerExecutionStrategy", "CollectionBasedLightningStore",
+    "DevTaskLoader", "ExecutionEvent", "ExecutionStrategy", "FilterField", "FilterOptions", "GenericResponse",
+    "InMemoryLightningStore", "LLMProxy", "LegacyAgentRunner", "LightningStore", "LightningStoreCapabilities",
+    "LightningStoreClient", "LightningStoreServer", "LightningStoreStatistics", "LightningStoreThreaded",
+    "MultiprocessingEvent", "PaginatedResult", "RolloutLegacy", "RolloutRawResultLegacy", "Runner",
+    "SharedMemoryExecutionStrategy", "SortOptions", "Task", "TaskIfAny", "ThreadingEvent", "build_component",
+    "lightning_cli",
+})  # fmt: skip
+_REPLACED_MODULES = frozenset({"llm_proxy", "server", "store"})
+
+
+class _ReplacedModuleFinder:
+    """Last on ``sys.meta_path``, so asked only about modules no file provides: an ``agl_stream.…`` path
+    that upstream has and agl-stream replaces raises ``ModuleNotFoundError`` naming the replacement."""
+
+    agl_stream_porting = True  # identifies an installed instance across reloads
+
+    @staticmethod
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.startswith("agl_stream."):
+            from agl_stream._porting import replaced_module
+
+            error: Optional[ModuleNotFoundError] = replaced_module(fullname)
+            if error is not None:
+                raise error
+        return None
+
+
+if not any(getattr(finder, "agl_stream_porting", False) for finder in sys.meta_path):
+    sys.meta_path.append(_ReplacedModuleFinder())
 
 
 def __getattr__(name: str) -> Any:
@@ -90,6 +127,12 @@ def __getattr__(name: str) -> Any:
             ) from exc
     elif name in _SUBMODULES:
         value = importlib.import_module(_SUBMODULES[name])
+    elif name in _REPLACED_NAMES or name in _REPLACED_MODULES:
+        from agl_stream import _porting
+
+        raise _porting.replaced_name("agl_stream", name) if name in _REPLACED_NAMES else _porting.replaced_module(
+            f"agl_stream.{name}"
+        )  # ImportError, not AttributeError: ``from agl_stream import X`` keeps this message
     else:
         raise AttributeError(f"module 'agl_stream' has no attribute {name!r}")
     globals()[name] = value  # resolved once

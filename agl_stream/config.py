@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agl_stream._porting import module_getattr
 from agl_stream.env_var import parse_bool
 
 ENV_PREFIX = "AGL_"
@@ -135,3 +136,7 @@ def _coerce(var: str, raw: str, annotation: Any) -> Any:
 
 def load_settings(**overrides: Any) -> Settings:
     return Settings.from_env(**overrides)
+
+
+if not TYPE_CHECKING:  # upstream's agentlightning.config held lightning_cli: refused with the replacement
+    __getattr__ = module_getattr(__name__, replaced=["lightning_cli"])

@@ -27,3 +27,10 @@ def generate_trace_id() -> str:
 
 def generate_group_id() -> str:
     return "gr-" + secrets.token_hex(6)
+
+
+def generate_id(length: int) -> str:
+    """A random lowercase hex id of ``length`` characters (upstream's ``agentlightning.utils.id``)."""
+    if length < 0:
+        raise ValueError(f"length must be >= 0, not {length}")
+    return secrets.token_hex((length + 1) // 2)[:length]

@@ -1,7 +1,9 @@
 """Deprecated alias of :mod:`agl_stream.emitter`'s reward functions (upstream's ``agentlightning.reward``)."""
 
 import warnings
+from typing import TYPE_CHECKING
 
+from agl_stream._porting import module_getattr
 from agl_stream.emitter.reward import (  # noqa: F401
     emit_reward,
     find_final_reward,
@@ -12,3 +14,6 @@ from agl_stream.emitter.reward import (  # noqa: F401
 )
 
 warnings.warn("agl_stream.reward is deprecated. Please use agl_stream.emitter instead.", DeprecationWarning, stacklevel=2)
+
+if not TYPE_CHECKING:  # upstream's deprecated ``@reward`` decorator is refused with its replacement
+    __getattr__ = module_getattr(__name__, replaced=["reward"])

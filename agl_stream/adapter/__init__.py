@@ -10,14 +10,17 @@ from agl_stream.adapter.messages import OpenAIMessages, TraceToMessages
 from agl_stream.adapter.proxy import LlmProxyTraceToTriplet
 from agl_stream.adapter.triplet import RewardMatchPolicy, TracerTraceToTriplet, Transition, TraceTree
 from agl_stream.adapter.rewards import find_final_reward, reward_of
+from agl_stream.adapter.upstream import OtelTraceAdapter, TraceToTripletBase
 
 __all__ = [
     "Adapter",
     "LlmProxyTraceToTriplet",
+    "OtelTraceAdapter",
     "OpenAIMessages",
     "RewardMatchPolicy",
     "TraceAdapter",
     "TraceToMessages",
+    "TraceToTripletBase",
     "TraceTree",
     "TracerTraceToTriplet",
     "Transition",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Generic, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Generic, Iterable, Sequence, TypeVar
 
+from agl_stream._porting import module_getattr
 from agl_stream.types import Span
 
 T_from = TypeVar("T_from")
@@ -42,3 +43,9 @@ def group_spans_by_attempt(spans: Iterable[Span]) -> dict[tuple[str, str], list[
 def span_order_key(span: Span) -> tuple[int, float, str]:
     """Sequence id first (immune to clock skew), then start time, then span id for a total order."""
     return (span.sequence_id, span.start_time if span.start_time is not None else 0.0, span.span_id)
+
+
+if TYPE_CHECKING:
+    from agl_stream.adapter.upstream import OtelTraceAdapter
+else:  # upstream's module defines it; ours imports this one, so it resolves on first use
+    __getattr__ = module_getattr(__name__, lazy={"OtelTraceAdapter": "agl_stream.adapter.upstream"})

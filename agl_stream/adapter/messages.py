@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Optional, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, TypedDict
 
+from agl_stream._porting import module_getattr
 from agl_stream.adapter.attributes import group_indexed
 from agl_stream.adapter.base import TraceAdapter
 from agl_stream.adapter.rewards import store_order
@@ -132,3 +133,10 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
                 if call:
                     calls.append(call)
         return calls
+
+
+#: upstream's name of the GenAI attribute grouping (``gen_ai.prompt.0.role`` -> ``[{"role": ...}]``)
+group_genai_dict = group_indexed
+
+if not TYPE_CHECKING:  # static checkers keep reporting unknown names
+    __getattr__ = module_getattr(__name__, replaced=["convert_to_openai_messages"])

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from agl_stream.adapter.base import TraceAdapter
+from agl_stream.adapter.proxy import LlmProxyTraceToTriplet  # noqa: F401  (upstream's module holds both adapters)
 from agl_stream.adapter.tree import RewardMatchPolicy, TraceTree
+from agl_stream.adapter.upstream import TraceToTripletBase  # noqa: F401  (upstream's base class name)
 from agl_stream.types import Span, Triplet
 
 __all__ = ["RewardMatchPolicy", "TraceTree", "TracerTraceToTriplet", "Transition"]

@@ -2,9 +2,10 @@
 
 Learning algorithms that need torch or an LLM client (RL/VERL, APO, SFT) live in the trainer
 service package (``agl_stream_trainer``); ``agl_stream.APO`` / ``agl_stream.VERL`` load them on first
-use, so this package stays light.
+use, so this package stays light; ``agl_stream.algorithm.APO`` / ``.VERL`` (upstream's names here) too.
 """
 
+from agl_stream._porting import module_getattr
 from agl_stream.algorithm.base import Algorithm, FunctionalAlgorithm, algo, build_component
 from agl_stream.algorithm.baseline import Baseline, FastAlgorithm
 from agl_stream.algorithm.results import RolloutResult, RolloutResults, rewards_of, run_dataset
@@ -30,3 +31,8 @@ __all__ = [
     "succeeded",
     "success_report",
 ]
+
+# no static import: agl_stream never imports a service package (tests/test_service_boundaries.py)
+__getattr__ = module_getattr(
+    __name__, lazy={"APO": "agl_stream_trainer.algorithms.apo", "VERL": "agl_stream_trainer.rl"}
+)

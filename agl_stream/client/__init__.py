@@ -1,5 +1,9 @@
 """The algorithm-side client (upstream's store API over the pipeline) and topic views."""
 
+from typing import TYPE_CHECKING
+
+from agl_stream._porting import module_getattr
+
 from agl_stream.client.errors import ConsistencyTimeout, SpanReaderUnavailable, UnsupportedOnStream
 from agl_stream.client.follow import TopicFollower
 from agl_stream.client.paging import UNSET, PaginatedResult, Unset
@@ -24,3 +28,6 @@ __all__ = [
     "Unset",
     "UnsupportedOnStream",
 ]
+
+if not TYPE_CHECKING:  # upstream's v0.1 client names at this path answer with their replacement
+    __getattr__ = module_getattr(__name__, replaced=["AgentLightningClient", "DevTaskLoader"])

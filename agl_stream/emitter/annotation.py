@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import traceback
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from agl_stream._porting import module_getattr
 from agl_stream.emitter._core import emit_core
 from agl_stream.semconv import AGL_ANNOTATION, AGL_EXCEPTION, AGL_MESSAGE, AGL_OBJECT, LightningSpanAttributes
 from agl_stream.types import SpanCoreFields, TraceStatus
@@ -64,4 +65,12 @@ def emit_exception(
     status = TraceStatus(status_code="ERROR", description=f"{type(exception).__name__}: {exception}")
     return emit_core(
         AGL_EXCEPTION, exception_attributes(exception), kind="exception", propagate=propagate, extra=attributes, status=status
+    )
+
+
+if TYPE_CHECKING:
+    from agl_stream.emitter.operation import OperationContext, operation
+else:  # upstream's module defines them; ours imports this one, so they resolve on first use
+    __getattr__ = module_getattr(
+        __name__, lazy={"OperationContext": "agl_stream.emitter.operation", "operation": "agl_stream.emitter.operation"}
     )

@@ -8,8 +8,9 @@ multi-dimensional.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
+from agl_stream._porting import module_getattr
 from agl_stream.adapter import rewards
 from agl_stream.emitter._core import emit_core
 from agl_stream.semconv import AGL_ANNOTATION, LightningSpanAttributes, RewardAttributes, RewardPydanticModel
@@ -83,3 +84,7 @@ def find_reward_spans(spans: Iterable[Any]) -> list[Any]:
 def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
     """The primary reward of the last reward span (upstream's final reward of a trace)."""
     return rewards.find_final_reward(spans)
+
+
+if not TYPE_CHECKING:  # upstream's deprecated ``@reward`` decorator is refused with its replacement
+    __getattr__ = module_getattr(__name__, replaced=["reward"])

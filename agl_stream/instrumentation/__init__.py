@@ -18,9 +18,11 @@ import importlib.util
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import wrapt
+
+from agl_stream._porting import module_getattr
 
 logger = logging.getLogger(__name__)
 
@@ -95,3 +97,11 @@ def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_p
 
 def active() -> list[str]:
     return sorted(_ACTIVE)
+
+
+if not TYPE_CHECKING:  # upstream's AgentOps-era switches and flags: refused with the replacement
+    __getattr__ = module_getattr(
+        __name__,
+        replaced=["AGENTOPS_INSTALLED", "AGENTOPS_LANGCHAIN_INSTALLED", "LITELLM_INSTALLED", "VLLM_INSTALLED",
+                  "WEAVE_INSTALLED", "instrument_all", "uninstrument_all"],
+    )  # fmt: skip

@@ -1,5 +1,8 @@
 """The runner: executes agents on ``agl.tasks`` and reports attempts, spans and worker heartbeats."""
 
+from typing import TYPE_CHECKING
+
+from agl_stream._porting import module_getattr
 from agl_stream.runner.hooks import Hook
 from agl_stream.runner.loader import load_agent
 from agl_stream.runner.progress import RunnerStats
@@ -7,3 +10,6 @@ from agl_stream.runner.runner import RUNNER_GROUP, LitAgentRunner
 from agl_stream.runner.system_snapshot import system_snapshot
 
 __all__ = ["RUNNER_GROUP", "Hook", "LitAgentRunner", "RunnerStats", "load_agent", "system_snapshot"]
+
+if not TYPE_CHECKING:  # upstream's runner base class and v0.1 runner: refused with the replacement
+    __getattr__ = module_getattr(__name__, replaced=["LegacyAgentRunner", "Runner"])

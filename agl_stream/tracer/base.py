@@ -11,11 +11,15 @@ import contextlib
 import contextvars
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Optional, Sequence
 
+from agl_stream._porting import module_getattr
 from agl_stream.tracer.exporter import AttemptCounters
 from agl_stream.types import SpanCoreFields
 from agl_stream.types.upstream import ParallelWorkerBase
+
+#: upstream's alias for the async functions a tracer wraps
+T_func = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,7 @@ class Tracer(ParallelWorkerBase, ABC):
     @abstractmethod
     async def flush_attempt(self, state: AttemptCounters, timeout: Optional[float] = None) -> None:
         """Wait until every span of the attempt left the process (or failed)."""
+
+
+if not TYPE_CHECKING:  # upstream's decorator for its tracers' context managers: refused with the replacement
+    __getattr__ = module_getattr(__name__, replaced=["with_active_tracer_context"])

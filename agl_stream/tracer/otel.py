@@ -13,13 +13,14 @@ import asyncio
 import logging
 import random
 import threading
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 
+from agl_stream._porting import module_getattr
 from agl_stream.adapter.rewards import reward_dimensions
 from agl_stream.semconv import AGL_REWARD
 from agl_stream.tracer.base import Tracer, _ACTIVE, get_active_attempt
@@ -238,3 +239,11 @@ def _instrument_llm_clients(provider: TracerProvider) -> None:
 
     armed = instrument_installed(provider)
     logger.debug("instrumented (when imported): %s", ", ".join(armed) or "nothing")
+
+
+if not TYPE_CHECKING:  # upstream's store-writing processor and helpers: refused with the replacement
+    __getattr__ = module_getattr(
+        __name__,
+        replaced=["LightningSpanProcessor", "OtelSpanRecordingContext", "STORE_WRITE_TIMEOUT_SECONDS",
+                  "to_otel_status_code"],
+    )  # fmt: skip

@@ -1,5 +1,9 @@
 """The data model (pydantic v2). Names and fields follow upstream ``agentlightning.types``."""
 
+from typing import TYPE_CHECKING
+
+from agl_stream._porting import module_getattr
+
 from agl_stream.types.core import (
     ATTEMPT_STATUSES,
     ROLLOUT_STATUSES,
@@ -86,3 +90,14 @@ __all__ = [
     "Worker",
     "WorkerStatus",
 ]
+
+if TYPE_CHECKING:
+    from agl_stream.client.store_client import EnqueueRolloutRequest
+    from agl_stream.runner.hooks import Hook
+else:  # upstream's package has these too; they resolve on first use (their modules import this package)
+    __getattr__ = module_getattr(
+        __name__,
+        lazy={"EnqueueRolloutRequest": "agl_stream.client.store_client", "Hook": "agl_stream.runner.hooks"},
+        replaced=["FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy",
+                  "RolloutRawResultLegacy", "SortOptions", "Task", "TaskIfAny"],
+    )  # fmt: skip

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Optional, get_args
+from typing import TYPE_CHECKING, Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agl_stream._porting import module_getattr
 
 RolloutStatus = Literal["queuing", "preparing", "running", "requeuing", "succeeded", "failed", "cancelled"]
 RolloutMode = Literal["train", "val", "test"]
@@ -85,3 +87,28 @@ class Worker(_Model):
     last_idle_time: Optional[float] = None
     current_rollout_id: Optional[str] = None
     current_attempt_id: Optional[str] = None
+
+
+# Upstream's ``agentlightning.types.core`` also holds these; agl-stream defines them beside what uses
+# them, so they resolve on first use (importing them here would be circular) and upstream's v0.1 and
+# store-query types are refused with their replacement.
+_UPSTREAM_LAZY = {
+    "Dataset": "agl_stream.types.upstream",
+    "ParallelWorkerBase": "agl_stream.types.upstream",
+    "RolloutRawResult": "agl_stream.types.upstream",
+    "Triplet": "agl_stream.types.triplets",
+    "EnqueueRolloutRequest": "agl_stream.client.store_client",
+    "Hook": "agl_stream.runner.hooks",
+}
+_UPSTREAM_REPLACED = (
+    "FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy", "RolloutRawResultLegacy",
+    "SortOptions", "Task", "TaskIfAny",
+)  # fmt: skip
+
+if TYPE_CHECKING:
+    from agl_stream.client.store_client import EnqueueRolloutRequest
+    from agl_stream.runner.hooks import Hook
+    from agl_stream.types.triplets import Triplet
+    from agl_stream.types.upstream import Dataset, ParallelWorkerBase, RolloutRawResult
+else:  # static checkers keep reporting unknown names
+    __getattr__ = module_getattr(__name__, replaced=_UPSTREAM_REPLACED, lazy=_UPSTREAM_LAZY)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from agl_stream.types.core import AttemptedRollout
+
+logger = logging.getLogger(__name__)
 
 
 class Resource(BaseModel):
@@ -28,15 +35,30 @@ class LLM(Resource):
 
 
 class ProxyLLM(LLM):
-    """An LLM reached through the LLM proxy; the endpoint gains a per-attempt route prefix."""
+    """An LLM reached through the LLM proxy; the endpoint gains a per-attempt route prefix.
+
+    As upstream, reading ``endpoint`` directly logs a warning (outside ``get_base_url``): the bare
+    endpoint has no route prefix, so calls through it are attributed to no attempt.
+    """
 
     resource_type: Literal["proxy_llm"] = "proxy_llm"  # type: ignore[assignment]
 
+    def __getattribute__(self, name: str) -> Any:
+        # pydantic reads fields through __dict__ (validation, dumps, copies, equality), so only user code lands here
+        if name == "endpoint" and sys._getframe(1).f_code.co_name != "get_base_url":
+            logger.warning(
+                "ProxyLLM.endpoint read directly: it lacks the rollout/attempt route prefix of the LLM proxy; "
+                "use get_base_url(rollout_id, attempt_id) instead"
+            )
+        return super().__getattribute__(name)
+
     def get_base_url(self, rollout_id: Optional[str] = None, attempt_id: Optional[str] = None) -> str:
+        """The endpoint routed to one attempt (``.../rollout/{rollout_id}/attempt/{attempt_id}[/v1]``);
+        the bare endpoint when both ids are None. ``ValueError`` when only one is given, as upstream."""
         if rollout_id is None and attempt_id is None:
             return self.endpoint
-        if not rollout_id or not attempt_id:
-            raise ValueError("ProxyLLM.get_base_url needs both rollout_id and attempt_id (or neither)")
+        if not (isinstance(rollout_id, str) and isinstance(attempt_id, str)):
+            raise ValueError("rollout_id and attempt_id must be strings or all be empty")
         base = self.endpoint.rstrip("/")
         suffix = ""
         if base.endswith("/v1"):
@@ -52,6 +74,10 @@ class ProxyLLM(LLM):
             sampling_parameters=dict(self.sampling_parameters),
             policy_version=self.policy_version,
         )
+
+    def with_attempted_rollout(self, rollout: "AttemptedRollout") -> LLM:
+        """Upstream's name for :meth:`with_attempt`, taking the attempted rollout."""
+        return self.with_attempt(rollout.rollout_id, rollout.attempt.attempt_id)
 
 
 class PromptTemplate(Resource):

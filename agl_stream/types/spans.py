@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from agl_stream.ids import generate_span_id, generate_trace_id
+from agl_stream.semconv import AGL_VIRTUAL
 
 StatusCode = Literal["UNSET", "OK", "ERROR"]
 AttributeValue = Any  # str | bool | int | float | list of those (OTel); kept flat with dotted keys
@@ -72,6 +73,45 @@ class Span(_Model):
     parent: Optional[SpanContext] = None
     resource: OtelResource = Field(default_factory=OtelResource)
     kind: str = "INTERNAL"
+
+    @classmethod
+    def from_attributes(
+        cls,
+        *,
+        attributes: dict[str, AttributeValue],
+        rollout_id: Optional[str] = None,
+        attempt_id: Optional[str] = None,
+        sequence_id: Optional[int] = None,
+        name: Optional[str] = None,
+        trace_id: Optional[str] = None,
+        span_id: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        start_time: Optional[float] = None,
+        end_time: Optional[float] = None,
+        resource: Optional[OtelResource] = None,
+        status: Optional[TraceStatus] = None,
+    ) -> "Span":
+        """A synthetic span carrying ``attributes`` (upstream's ``Span.from_attributes``): everything else
+        is optional; missing ids are random, the name is ``agentlightning.virtual``, the status ``OK``,
+        rollout/attempt ids are empty and the sequence id 0 until the caller gives them."""
+        trace_id = trace_id or generate_trace_id()
+        span_id = span_id or generate_span_id()
+        return cls(
+            rollout_id=rollout_id or "",
+            attempt_id=attempt_id or "",
+            sequence_id=sequence_id or 0,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_id=parent_id,
+            name=name or AGL_VIRTUAL,
+            status=status or TraceStatus(status_code="OK"),
+            attributes=attributes,
+            start_time=start_time,
+            end_time=end_time,
+            context=SpanContext(trace_id=trace_id, span_id=span_id),
+            parent=SpanContext(trace_id=trace_id, span_id=parent_id) if parent_id else None,
+            resource=resource or OtelResource(),
+        )
 
     @classmethod
     def from_core_fields(

@@ -37,12 +37,15 @@ def test_available_names_import_from_agl_stream(name: str) -> None:
 
 @pytest.mark.parametrize("name", [n for n, s in _table("Every upstream name").items() if s == "replaced"])
 def test_replaced_names_are_not_pretended(name: str) -> None:
-    """A replaced name is not on agl_stream under upstream's meaning (``client``, ``config`` and
-    ``execution`` are agl-stream modules of other content, listed as replaced for that reason)."""
+    """A replaced name is not on agl_stream under upstream's meaning: importing it raises an ImportError
+    naming the replacement (``client``, ``config`` and ``execution`` are agl-stream modules of other
+    content, listed as replaced for that reason)."""
     if name in ("client", "config", "execution"):
         assert getattr(agl, name).__name__ == f"agl_stream.{name}"
     else:
-        assert not hasattr(agl, name)
+        with pytest.raises(ImportError, match=rf"agentlightning\.{name} is not kept; .*`[^`]+`"):
+            exec(f"from agl_stream import {name}", {})
+        assert name not in dir(agl)
 
 
 def test_store_api_table_matches_store_client() -> None:

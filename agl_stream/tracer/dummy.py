@@ -1,0 +1,14 @@
+"""Upstream's ``agentlightning.tracer.dummy`` path: ``DummyTracer`` (defined in
+:mod:`agl_stream.tracer.compat`); its recording context is refused with the replacement."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agl_stream._porting import module_getattr
+from agl_stream.tracer.compat import DummyTracer
+
+__all__ = ["DummyTracer"]
+
+if not TYPE_CHECKING:  # static checkers keep reporting unknown names
+    __getattr__ = module_getattr(__name__, replaced=["DummySpanRecordingContext"])
