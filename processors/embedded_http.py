@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import threading
 from typing import Any, Iterator, Optional
 
 import uvicorn
@@ -67,6 +68,11 @@ class EmbeddedHttpServer:
             await asyncio.sleep(0.01)
         return self
 
+    async def wait_closed(self) -> None:
+        """Return once the server task ended (after :meth:`stop`, or a failure)."""
+        if self._task is not None:
+            await asyncio.gather(asyncio.shield(self._task), return_exceptions=True)
+
     async def stop(self) -> None:
         if self._server is None or self._task is None:
             return
@@ -79,3 +85,65 @@ class EmbeddedHttpServer:
             await asyncio.gather(self._task, return_exceptions=True)
         self._server = None
         self._task = None
+
+
+class ThreadedHttpServer:
+    """An :class:`EmbeddedHttpServer` on its own event loop in a thread of this process.
+
+    For a server whose answers must not wait for the host loop's work: the SQL door runs inside the
+    sinks' process, whose loop spends tens of milliseconds at a time decoding and writing batches; on
+    its own loop a read waits for the GIL (released every few ms, and by chdb while it queries),
+    not for the sinks' next idle moment. Same interface as :class:`EmbeddedHttpServer`.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "http") -> None:
+        self.name = name
+        self._inner = EmbeddedHttpServer(app, host, port, name=name)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def port(self) -> Optional[int]:
+        return self._inner.port
+
+    @property
+    def url(self) -> str:
+        return self._inner.url
+
+    async def start(self) -> "ThreadedHttpServer":
+        started: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        host_loop = asyncio.get_running_loop()
+
+        def report(error: Optional[BaseException]) -> None:
+            if not started.done():
+                started.set_exception(error) if error is not None else started.set_result(None)
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._inner.start())
+            except BaseException as exc:  # noqa: BLE001 - handed to the starter, which raises it
+                host_loop.call_soon_threadsafe(report, exc)
+                loop.close()
+                return
+            host_loop.call_soon_threadsafe(report, None)
+            try:
+                loop.run_until_complete(self._inner.wait_closed())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-loop", daemon=True)
+        self._thread.start()
+        await started
+        return self
+
+    async def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._inner.stop(), loop)
+        await asyncio.wrap_future(future)
+        await asyncio.to_thread(thread.join, 15)
+        self._loop = None
+        self._thread = None

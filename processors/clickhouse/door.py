@@ -57,7 +57,7 @@ from agl_stream_processors.clickhouse.door_file import (
     remove_door_file,
     write_door_file,
 )
-from agl_stream_processors.embedded_http import EmbeddedHttpServer
+from agl_stream_processors.embedded_http import ThreadedHttpServer
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class SqlDoor:
         self.options = options
         self.token = options.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
         self.engine: Optional[ReadOnlyEngine] = None
-        self.server: Optional[EmbeddedHttpServer] = None
+        self.server: Optional[ThreadedHttpServer] = None
         self.address: Optional[DoorAddress] = None
 
     async def start(self) -> "SqlDoor":
@@ -260,7 +260,7 @@ class SqlDoor:
         self.engine = await asyncio.to_thread(ReadOnlyEngine, str(engine_dir), max_execution_time=self.options.max_execution_time)
         try:
             app = build_app(self.engine, self.token)
-            self.server = await EmbeddedHttpServer(app, self.options.host, self.options.port, name="sql-door").start()
+            self.server = await ThreadedHttpServer(app, self.options.host, self.options.port, name="sql-door").start()
             self.address = DoorAddress(self.server.url, self.token, os.getpid(), str(engine_dir), self.target.database)
             path = write_door_file(self.address)
         except BaseException:
