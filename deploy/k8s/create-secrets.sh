@@ -4,12 +4,13 @@
 #   deploy/k8s/create-secrets.sh NAMESPACE
 # Roles without a .env file are skipped (clickhouse-server and grafana exist only in
 # overlays/local, inference only for gated models). In-cluster ClickHouse of overlays/local:
-# AGL_CLICKHOUSE_DSN=http://agl_writer:<password>@clickhouse:8123/agl (agl_migrator for jobs).
+# AGL_CLICKHOUSE_DSN=http://agl_writer:<password>@clickhouse:8123/agl (agl_migrator for jobs,
+# agl_reader for store).
 set -eu
 namespace=${1:?usage: create-secrets.sh NAMESPACE}
 dir=$(dirname "$0")/secrets
 kubectl get namespace "$namespace" >/dev/null 2>&1 || kubectl create namespace "$namespace"
-for role in jobs processors ingest runners learner inference clickhouse-server grafana; do
+for role in jobs processors ingest store runners learner inference clickhouse-server grafana; do
   file="$dir/$role.env"
   if [ ! -f "$file" ]; then
     echo "skip agl-$role: no $file"

@@ -45,6 +45,8 @@ OVERLAYS = ["base", "overlays/local", "overlays/production"]
 COMPOSE_FILES = ["compose.small.yaml", "compose.full.yaml"]
 #: consumer groups whose useful size is bounded by the partitions of their topics
 CONSUMER_GROUP_WORKLOADS = ("agl-processors", "agl-runners")
+#: the store front door: each of its uvicorn workers joins agl-runners while upstream runners dequeue through it
+STORE_WORKLOAD = "agl-ingest-store"
 #: ConfigMaps created from files outside kustomize (documented next to the workloads using them)
 OUT_OF_BAND_CONFIGMAPS = {"agl-grafana-datasources", "agl-grafana-providers", "agl-grafana-dashboards"}
 SECRET_NAME = re.compile(r"(PASSWORD|TOKEN|SECRET|API_KEY|JAAS_CONFIG)$")
@@ -225,6 +227,10 @@ def test_renderer_matches_kubectl_kustomize(overlay: str) -> None:
         assert ours[k] == theirs[k], f"{overlay}: {k} renders differently from kubectl kustomize"
 
 
+def flag_value(command: list[str], flag: str, default: int) -> int:
+    return int(command[command.index(flag) + 1]) if flag in command else default
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_consumer_groups_do_not_exceed_partitions(overlay: str) -> None:
     docs = fresh(overlay)
@@ -236,9 +242,16 @@ def test_consumer_groups_do_not_exceed_partitions(overlay: str) -> None:
     runner = by_name["agl-runners"]
     command = pod_spec(runner)["containers"][0]["command"]
     per_pod = int(command[command.index("--n-runners") + 1])
+    store = by_name[STORE_WORKLOAD]
+    store_members = store["spec"].get("replicas", 1) * flag_value(pod_spec(store)["containers"][0]["command"],
+                                                                  "--workers", 1)
+    runner_members = runner["spec"].get("replicas", 1) * per_pod
+    assert runner_members + store_members <= partitions, \
+        f"{overlay}: agl-runners has {runner_members} runners + {store_members} store members for {partitions} partitions"
     for hpa in (d for d in docs if d["kind"] == "HorizontalPodAutoscaler"):
         assert hpa["spec"]["scaleTargetRef"]["name"] == "agl-runners"
-        assert hpa["spec"]["maxReplicas"] * per_pod <= partitions, f"{overlay}: HPA can add idle group members"
+        assert hpa["spec"]["maxReplicas"] * per_pod + store_members <= partitions, \
+            f"{overlay}: HPA can add idle group members"
         selector = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"]
         assert selector == {"consumergroup": "agl-runners", "topic": f"{settings(docs)['AGL_TOPIC_PREFIX']}.tasks"}
 
@@ -269,7 +282,7 @@ def test_http_workloads_have_probes_and_services_reach_them(overlay: str) -> Non
 def test_scaled_workloads_have_disruption_budgets(overlay: str) -> None:
     docs = fresh(overlay)
     budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
-    for name in ("agl-processors", "agl-runners", "agl-ingest-otlp", "agl-ingest-proxy"):
+    for name in ("agl-processors", "agl-runners", "agl-ingest-otlp", "agl-ingest-proxy", STORE_WORKLOAD):
         workload = next(w for w in workloads(docs) if w["metadata"]["name"] == name)
         labels = workload["spec"]["template"]["metadata"]["labels"]
         assert any(b["spec"]["selector"]["matchLabels"].items() <= labels.items() for b in budgets), \
@@ -289,6 +302,59 @@ def test_agl_pods_run_unprivileged(overlay: str) -> None:
             assert ctx.get("allowPrivilegeEscalation") is False, where
             assert ctx.get("readOnlyRootFilesystem") is True, where
             assert re.fullmatch(r"agl-stream(-cuda)?:\d+\.\d+\.\d+", container["image"]), f"{where}: untagged image"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies_let_in_every_agl_service_port(overlay: str) -> None:
+    """Default-deny covers agl-stream pods: a Service port no policy opens would be silently closed."""
+    docs = fresh(overlay)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+
+    def selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+        selector = policy["spec"]["podSelector"]
+        if not selector.get("matchLabels", {}).items() <= labels.items():
+            return False
+        for expression in selector.get("matchExpressions", []):
+            assert expression["operator"] == "In", "only In expressions are checked here"
+            if labels.get(expression["key"]) not in expression["values"]:
+                return False
+        return True
+
+    for service in (d for d in docs if d["kind"] == "Service"):
+        pods = [w for w in workloads(docs)
+                if service["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+        for workload in pods:
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            if labels.get("app.kubernetes.io/part-of") != "agl-stream":
+                continue
+            ports = {p["containerPort"]: p.get("name") for c in pod_spec(workload)["containers"] for p in c.get("ports", [])}
+            open_ports = {p["port"] for policy in policies if selects(policy, labels)
+                          for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])}
+            for port in service["spec"].get("ports", []):
+                target = port.get("targetPort", port["port"])
+                number = next((n for n, name in ports.items() if name == target), target)
+                assert number in open_ports or target in open_ports, \
+                    f"{overlay}: no NetworkPolicy lets traffic into {service['metadata']['name']}:{port['port']}"
+
+
+def test_store_front_door_is_cluster_internal_and_reads_clickhouse_read_only() -> None:
+    """Upstream's clients send no token: the store door is reachable from cluster pods only, with least privilege."""
+    docs = fresh("base")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"
+                and d["spec"]["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name") == STORE_WORKLOAD]
+    assert policies, "no NetworkPolicy for the store front door"
+    for policy in policies:
+        for rule in policy["spec"]["ingress"]:
+            assert rule.get("from"), f"{policy['metadata']['name']}: the store door must not take traffic from anywhere"
+            assert all("ipBlock" not in peer for peer in rule["from"])
+    anywhere = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "agl-ingest-from-anywhere")
+    assert STORE_WORKLOAD not in str(anywhere["spec"]["podSelector"])
+    store = next(w for w in workloads(docs) if w["metadata"]["name"] == STORE_WORKLOAD)
+    secrets = {s["secretRef"]["name"] for c in pod_spec(store)["containers"] for s in c.get("envFrom", []) if "secretRef" in s}
+    assert secrets == {"agl-store"}
+    env = env_file_keys(K8S / "secrets" / "store.env.example")
+    assert env["AGL_CLICKHOUSE_DSN"].split("://")[1].startswith("agl_reader:")
+    assert env["AGL_KAFKA_SASL_USERNAME"] == "agl-store"
 
 
 def test_learner_requests_a_gpu_except_locally() -> None:
@@ -380,8 +446,19 @@ def test_compose_defaults_respect_partitions(name: str) -> None:
 
     partitions = default(services["processors"]["environment"]["AGL_PARTITIONS"], "AGL_PARTITIONS")
     runner = services["runners"]["command"]
-    assert default(runner[runner.index("--n-runners") + 1], "AGL_N_RUNNERS") <= partitions
+    store = services["ingest-store"]["command"]
+    store_members = flag_value(store, "--workers", 1)  # each worker joins agl-runners when it serves dequeues
+    assert default(runner[runner.index("--n-runners") + 1], "AGL_N_RUNNERS") + store_members <= partitions
     assert "deploy" not in services["processors"] or services["processors"]["deploy"].get("replicas", 1) <= partitions
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_compose_ports_bind_loopback_by_default(name: str) -> None:
+    """Every published port is on 127.0.0.1 unless the operator sets a bind variable."""
+    for service_name, service in compose(name)["services"].items():
+        for port in service.get("ports", []):
+            host = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(port))
+            assert host.startswith("127.0.0.1:"), f"{name}: {service_name} publishes {port} beyond loopback"
 
 
 @pytest.mark.parametrize("name", COMPOSE_FILES)
@@ -432,7 +509,7 @@ def test_compose_wires_kafka_sasl_and_clickhouse_credentials(name: str) -> None:
     agl_env = env_file_keys(COMPOSE / "agl.env.example")
     kafka_env = env_file_keys(COMPOSE / "kafka.env.example")
     clickhouse_env = env_file_keys(COMPOSE / "clickhouse.env.example")
-    for service_name in ("processors", "runners", "ingest-otlp", "ingest-proxy", "topics", "learner"):
+    for service_name in ("processors", "runners", "ingest-otlp", "ingest-proxy", "ingest-store", "topics", "learner"):
         env = services[service_name]["environment"]
         assert env["AGL_KAFKA_SECURITY_PROTOCOL"].startswith("SASL_")
         assert "agl.env" in compose_env_files(services[service_name])
@@ -442,11 +519,16 @@ def test_compose_wires_kafka_sasl_and_clickhouse_credentials(name: str) -> None:
     users = {u.tag: u.find("password").get("from_env") for u in
              ET.parse(COMPOSE / "clickhouse" / "agl-users.xml").getroot().find("users")}
     migrate_env = env_file_keys(COMPOSE / "clickhouse-migrate.env.example")
-    for dsn in (agl_env["AGL_CLICKHOUSE_DSN"], migrate_env["AGL_CLICKHOUSE_DSN"]):
+    store_env = env_file_keys(COMPOSE / "store.env.example")
+    for dsn in (agl_env["AGL_CLICKHOUSE_DSN"], migrate_env["AGL_CLICKHOUSE_DSN"], store_env["AGL_CLICKHOUSE_DSN"]):
         match = re.match(r"https?://([^:]+):([^@]+)@", dsn)
         assert match and match.group(1) in users, dsn
         assert clickhouse_env[users[match.group(1)]] == match.group(2), f"{match.group(1)}'s password differs"
     assert services["clickhouse-migrate"]["env_file"][-1]["path"] == "clickhouse-migrate.env"
+    # The store front door reads spans only (agl_reader), and its upstream clients send no token.
+    assert services["ingest-store"]["env_file"][-1]["path"] == "store.env"
+    assert store_env["AGL_CLICKHOUSE_DSN"].split("://")[1].startswith("agl_reader:")
+    assert store_env["AGL_INGEST_TOKEN"] == ""
 
 
 def test_clickhouse_users_match_between_compose_and_k8s() -> None:
