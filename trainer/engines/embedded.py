@@ -281,6 +281,9 @@ class EmbeddedServer:
         self.model_name = model_name
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # inherited by accepted connections: an answer written as headers then body would otherwise
+        # wait 40 ms for the client's delayed ACK on every call
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
         config = uvicorn.Config(create_app(generator, model_name), log_level="warning", lifespan="off")
