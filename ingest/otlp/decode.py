@@ -1,10 +1,12 @@
 """OTLP ``ExportTraceServiceRequest`` (protobuf or JSON) -> agl :class:`~agl_stream.types.Span` records.
 
-The rollout and attempt of a span come from its own attributes or, failing that, its resource
-attributes, under upstream's ``agentlightning.*`` keys, so upstream tracers and any OpenTelemetry
-SDK export here unchanged. A span that names no rollout or attempt (or has malformed ids) is not
-guessed at: it is returned as a :class:`Rejection` with a reason, which the server reports back as
-OTLP partial success. A body that is not an export request at all raises :class:`OtlpDecodeError`.
+The rollout, attempt and sequence id of a span come from its own attributes or, failing that, its
+resource attributes, under upstream's ``agentlightning.*`` keys, so upstream tracers and any
+OpenTelemetry SDK export here unchanged; spans without a sequence id are numbered as upstream's
+store numbers them (see :func:`to_spans`). A span that names no rollout or attempt (or has
+malformed ids) is not guessed at: it is returned as a :class:`Rejection` with a reason, which the
+server reports back as OTLP partial success. A body that is not an export request at all raises
+:class:`OtlpDecodeError`.
 """
 
 from __future__ import annotations
@@ -219,11 +221,13 @@ def _reject(span: trace_pb2.Span, code: str, reason: str) -> Rejection:
 def to_spans(request: ExportTraceServiceRequest, allocator: SequenceAllocator) -> DecodedExport:
     """Convert every span of the request, collecting the ones that cannot be attributed.
 
-    Spans without a supplied sequence id get one from ``allocator``, in start-time order, so
-    the order of an attempt's spans follows their start even inside one export batch.
+    Sequence ids follow upstream's store (``spans_from_proto`` + ``add_many_spans``): a supplied id
+    (span attribute over resource attribute) is kept; spans without one get the rollout's next ids
+    in the order they appear in the body, issued *before* this request's supplied ids move the
+    counter up (upstream issues them in bulk first and syncs when it stores the spans).
     """
     out = DecodedExport()
-    unnumbered: list[tuple[int, int, dict[str, Any]]] = []  # (start ns, index in out.spans, fields)
+    kept: list[dict[str, Any]] = []
     for resource_spans in request.resource_spans:
         resource_attrs = attributes(resource_spans.resource.attributes)
         schema_url = resource_spans.schema_url
@@ -235,17 +239,15 @@ def to_spans(request: ExportTraceServiceRequest, allocator: SequenceAllocator) -
                 scope_attrs["otel.scope.version"] = scope_spans.scope.version
             for span in scope_spans.spans:
                 fields = _span_fields(span, resource_attrs, scope_attrs, schema_url or scope_spans.schema_url, out)
-                if fields is None:
-                    continue
-                if fields["sequence_id"] is None:
-                    unnumbered.append((span.start_time_unix_nano, len(out.spans), fields))
-                    out.spans.append(None)  # type: ignore[arg-type]  # filled in below, keeps order
-                else:
-                    allocator.observe(fields["rollout_id"], fields["attempt_id"], fields["sequence_id"])
-                    out.spans.append(_build(fields))
-    for _start, index, fields in sorted(unnumbered, key=lambda item: item[0]):
-        fields["sequence_id"] = allocator.next(fields["rollout_id"], fields["attempt_id"])
-        out.spans[index] = _build(fields)
+                if fields is not None:
+                    kept.append(fields)
+    supplied = [f for f in kept if f["sequence_id"] is not None]
+    for fields in kept:
+        if fields["sequence_id"] is None:
+            fields["sequence_id"] = allocator.next(fields["rollout_id"], fields["attempt_id"])
+    for fields in supplied:
+        allocator.observe(fields["rollout_id"], fields["attempt_id"], fields["sequence_id"])
+    out.spans = [_build(fields) for fields in kept]
     return out
 
 

@@ -3,7 +3,8 @@
 Routes keep upstream's shape: ``/v1/chat/completions`` and ``/v1/completions``, and the same under
 ``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...`` whose ids tag the span (unprefixed routes
 read the ``x-rollout-id`` / ``x-attempt-id`` headers). ``x-sequence-id`` is honoured when sent;
-otherwise the proxy numbers the attempt's calls itself.
+otherwise the proxy numbers calls as they arrive from its own per-rollout counter, as upstream's
+LLMProxy takes the next id of its store's rollout counter (see ``agl_stream_ingest.sequence``).
 
 The span is produced and acknowledged by the broker *before* the answer is complete (before the
 JSON body, or before ``data: [DONE]`` of a stream): once an agent has its completion, the record

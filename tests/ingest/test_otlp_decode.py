@@ -97,13 +97,36 @@ def test_malformed_span_ids_are_rejected() -> None:
     assert out.spans == [] and [r.code for r in out.rejected] == ["invalid_trace_id", "invalid_span_id"]
 
 
-def test_unnumbered_spans_follow_start_time_and_stay_above_supplied_ids() -> None:
+# Upstream's rules (agentlightning 0.3.0, recorded end to end in test_upstream_sequence_ids.py): spans
+# without an id are numbered in body order, not by start time (exporters send children before their
+# parents, and upstream numbers what it receives in that order), per rollout from 1.
+
+
+def test_unnumbered_spans_follow_body_order_and_stay_above_earlier_supplied_ids() -> None:
     allocator = SequenceAllocator()
     allocator.observe("ro", "at", 10)
     late = otlp_span("late", start_ns=3_000)
     early = otlp_span("early", start_ns=1_000)
     out = to_spans(export_request([late, early], attempt_resource("ro", "at")), allocator)
-    assert [(s.name, s.sequence_id) for s in out.spans] == [("late", 12), ("early", 11)]
+    assert [(s.name, s.sequence_id) for s in out.spans] == [("late", 11), ("early", 12)]
+
+
+def test_ids_are_issued_before_the_same_requests_supplied_ids_count() -> None:
+    numbered = otlp_span("numbered", {"agentlightning.span_sequence_id": 5})
+    bare = otlp_span("bare")
+    allocator = SequenceAllocator()
+    out = to_spans(export_request([numbered, bare], attempt_resource("ro", "at")), allocator)
+    assert [(s.name, s.sequence_id) for s in out.spans] == [("numbered", 5), ("bare", 1)]
+    [after] = to_spans(export_request([otlp_span("next")], attempt_resource("ro", "at")), allocator).spans
+    assert after.sequence_id == 6  # the supplied 5 moved the counter once the request was taken
+
+
+def test_a_retried_attempt_continues_its_rollouts_numbers() -> None:
+    allocator = SequenceAllocator()
+    first = to_spans(export_request([otlp_span("a"), otlp_span("b")], attempt_resource("ro", "at-1")), allocator)
+    retry = to_spans(export_request([otlp_span("c")], attempt_resource("ro", "at-2")), allocator)
+    other = to_spans(export_request([otlp_span("d")], attempt_resource("ro-other", "at-3")), allocator)
+    assert [s.sequence_id for s in first.spans + retry.spans + other.spans] == [1, 2, 3, 1]
 
 
 @pytest.mark.parametrize(

@@ -51,9 +51,11 @@ async def test_plain_opentelemetry_program_exports_arrive_on_agl_spans(
     assert llm.events[0].name == "first_token" and llm.events[0].attributes == {"latency_ms": 12.5}
     assert reward.attributes["agentlightning.reward.0.value"] == 1.0 and reward.status.status_code == "OK"
     assert root.resource.attributes["service.name"] == "plain-agent"
-    # The exporter sends children before their parent ends; ids follow start order in one attempt.
-    assert sorted(spans.values(), key=lambda s: s.sequence_id)[0].name in {"agent.run", "openai.chat.completion"}
-    assert len({s.sequence_id for s in spans.values()}) == 3
+    # Numbered as upstream's store numbers them: in the order they arrive (exporters send a span when
+    # it ends, children before their parent), from 1. This used to be start order, which is not upstream's.
+    in_order = [s.name for s in sorted(spans.values(), key=lambda s: s.sequence_id)]
+    assert in_order == ["openai.chat.completion", "agentlightning.annotation", "agent.run"]
+    assert sorted(s.sequence_id for s in spans.values()) == [1, 2, 3]
 
 
 async def test_partial_success_reports_and_counts_spans_without_ids(topics: Settings, receiver: ServedApp) -> None:

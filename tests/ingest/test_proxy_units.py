@@ -168,11 +168,12 @@ def test_gzip_inflation_is_capped() -> None:
     assert info.value.status_code == 400
 
 
-def test_sequence_allocator_is_monotonic_and_bounded() -> None:
-    allocator = SequenceAllocator(max_attempts=2)
-    assert [allocator.next("r", "a") for _ in range(3)] == [1, 2, 3]
+def test_sequence_allocator_is_monotonic_per_rollout_and_bounded() -> None:
+    allocator = SequenceAllocator(max_rollouts=2)
+    assert [allocator.next("r", "a") for _ in range(3)] == [1, 2, 3]  # upstream's store starts at 1
     allocator.observe("r", "a", 2)  # a lower supplied id never moves the counter back
     assert allocator.next("r", "a") == 4
-    allocator.next("r", "b")
-    allocator.next("r", "c")  # evicts ("r", "a"), the least recently used
+    assert allocator.next("r", "retry") == 5  # as upstream's store: one counter per rollout, shared by its attempts
+    allocator.next("s", "a")
+    allocator.next("t", "a")  # evicts rollout "r", the least recently used
     assert allocator.next("r", "a") == 1
