@@ -68,9 +68,11 @@ RUNS ?= 1
 chaos: setup
 	$(BIN)/python -m pytest tests/faults -m chaos -rs --count $(RUNS) --repeat-scope session $(PYTEST_ARGS)
 
-# Re-record the adapter parity corpus with upstream agentlightning 0.3.0 (in a side venv under .agl/).
+# Re-record the golden data with upstream agentlightning 0.3.0 (in the side venv of `make upstream`):
+# the adapter parity corpus and the sequence ids of upstream-exported OTLP deliveries.
 golden:
 	$(PYTHON) -m tests.agl_stream.adapter.golden.generate
+	$(PYTHON) -m tests.agl_stream.adapter.golden.generate_sequence_ids
 
 constraints: setup
 	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)
