@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agl_stream.client import ConsistencyTimeout, SpanReaderUnavailable, StoreClient, UNSET, UnsupportedOnStream
+from agl_stream.client import ConsistencyTimeout, SpanReaderUnavailable, StoreClient, UNSET, Unset, UnsupportedOnStream
 from agl_stream.config import Settings
 from agl_stream.types import Attempt, NamedResources, ResourcesUpdate, Rollout, Span, Worker
 from agl_stream_ingest.http import add_operations
@@ -276,17 +276,24 @@ def create_app(
     async def update_attempt(rollout_id: str, attempt_id: str, body: UpdateAttemptBody = Body(...)) -> Any:
         await known(rollout_id, attempt_id)
         status = _set_or_unset(body, "status", nullable=False)
+        metadata = _set_or_unset(body, "metadata", nullable=False)
         count: Any = UNSET
         if status in ("succeeded", "failed"):
             resolved = attempt_id
             if attempt_id == "latest" and (latest := await store.get_latest_attempt(rollout_id)) is not None:
                 resolved = latest.attempt_id
-            counted = ledger.finish(rollout_id, resolved)
-            count = counted if span_counts else None
+            finished = ledger.finish(rollout_id, resolved)
+            if not span_counts:
+                finished = None
+            count = finished.span_count if finished is not None else None
+            if finished is not None and finished.final_reward is not None:
+                # upstream's runners report no reward: the final one of the spans seen here rides on
+                # the finished event (the state machine does not keep it on the attempt)
+                metadata = {**({} if isinstance(metadata, Unset) else metadata), **finished.event_metadata()}
         attempt = await store.update_attempt(
             rollout_id, attempt_id, status=status, worker_id=_set_or_unset(body, "worker_id", nullable=False),
             last_heartbeat_time=_set_or_unset(body, "last_heartbeat_time", nullable=False),
-            metadata=_set_or_unset(body, "metadata", nullable=False), span_count=count,
+            metadata=metadata, span_count=count,
         )  # fmt: skip
         return _json(attempt)
 
