@@ -35,6 +35,7 @@ from agl_stream.client.task_queue import TaskQueue
 from agl_stream.config import Settings
 from agl_stream.ids import generate_attempt_id, generate_resources_id, generate_rollout_id
 from agl_stream.kafka import RecordProducer
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream.kafka.claim import CLAIMED_HEADER
 from agl_stream.types import (
     TERMINAL_ROLLOUT_STATUSES,
@@ -109,7 +110,9 @@ class StoreClient:
         self._producer = RecordProducer(settings, bootstrap)
         self.resources = ResourceCache(settings, bootstrap=bootstrap)
         self.view = RolloutView()
-        self._rollouts = TopicFollower(settings, "rollouts", RolloutSnapshot, self.view.apply, bootstrap=bootstrap)
+        # writes wait for the state machine's answer on agl.rollouts (read-your-writes): a latency-critical hop
+        self._rollouts = TopicFollower(settings, "rollouts", RolloutSnapshot, self.view.apply, bootstrap=bootstrap,
+                                       fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
         self._workers: dict[str, Worker] = {}
         self._workers_follower: Optional[TopicFollower[Worker]] = None
         self._span_reader = span_reader

@@ -21,10 +21,14 @@ from typing import Optional
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream.kafka.claim import claim_record, is_preclaimed
 from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter
 
 logger = logging.getLogger(__name__)
+
+#: the shortest fetch a dequeue call gets once it holds the consumer (see ``TaskQueue.dequeue``)
+MIN_FETCH_SECONDS = 0.25
 
 
 class TaskQueue:
@@ -50,19 +54,25 @@ class TaskQueue:
         self._idle_task: Optional[asyncio.Task[None]] = None
 
     async def dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
-        """Claim up to ``limit`` tasks (FIFO per partition); fewer, or none, when the queue has no more now."""
+        """Claim up to ``limit`` tasks (FIFO per partition); fewer, or none, when the queue has no more now.
+
+        Only the fetch is serialized (one consumer); the claims of the fetched tasks run concurrently
+        with other calls' fetches and claims, so many callers (the store front door serves every
+        upstream runner through one client) are not queued behind each other's acknowledgements. A
+        call waits at most ``poll_timeout`` in all, time spent waiting for the consumer included."""
         if limit <= 0:
             return []
+        deadline = time.monotonic() + self.poll_timeout
+        fetched: list[tuple[AttemptedRollout, object]] = []
         async with self._lock:
             self._last_call = time.monotonic()
+            # a call that waited for the lock still gets a short fetch of its own: records in flight to
+            # the consumer arrive within one fetch round, and an empty answer costs an upstream runner 5 s
+            deadline = max(deadline, time.monotonic() + min(self.poll_timeout, MIN_FETCH_SECONDS))
             consumer = await self._ensure_consumer()
-            claimed: list[AttemptedRollout] = []
-            deadline = time.monotonic() + self.poll_timeout
-            while len(claimed) < limit:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                good, bad = await consumer.get_decoded(AttemptedRollout, timeout=remaining, max_records=limit - len(claimed))
+            while len(fetched) < limit:
+                remaining = max(0.0, deadline - time.monotonic())
+                good, bad = await consumer.get_decoded(AttemptedRollout, timeout=remaining, max_records=limit - len(fetched))
                 for rejected in bad:
                     await self._dead_letter(consumer, rejected.record, rejected.error.reason, type(rejected.error).__name__,
                                             worker_id)  # fmt: skip
@@ -70,14 +80,15 @@ class TaskQueue:
                     if is_preclaimed(decoded.headers):  # start_rollout/start_attempt: its writer runs it
                         consumer.done(decoded.record)
                         continue
-                    task = await self._claim(consumer, decoded.value, decoded.record, worker_id)
-                    if task is not None:
-                        claimed.append(task)
-                if not good and not bad:
+                    fetched.append((decoded.value, decoded.record))
+                if (not good and not bad) or time.monotonic() >= deadline:
                     break
+        results = await asyncio.gather(*(self._claim(consumer, task, record, worker_id) for task, record in fetched))
+        claimed = [task for task in results if task is not None]
+        if len(fetched) < limit:
             await consumer.commit()  # skipped records (pre-claimed, dead-lettered) need not be seen again
-            self._last_call = time.monotonic()
-            return claimed
+        self._last_call = time.monotonic()
+        return claimed
 
     async def _claim(self, consumer: RecordConsumer, task: AttemptedRollout, record: object,
                      worker_id: Optional[str]) -> Optional[AttemptedRollout]:  # fmt: skip
@@ -114,6 +125,7 @@ class TaskQueue:
             self._consumer = RecordConsumer(
                 self.settings, [self.settings.topic("tasks")], self.group_id, self.bootstrap,
                 max_poll_interval_ms=max(300_000, int(self.idle_seconds * 2000)),
+                fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # a dequeue waits on it
             )  # fmt: skip
             await self._consumer.start()
             if self._idle_task is None:

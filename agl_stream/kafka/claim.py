@@ -57,7 +57,7 @@ async def claim_record(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
     consumer.done(record)
-    delay = 0.1
+    delay = 0.01  # an earlier claim in flight usually commits within milliseconds: look again soon
     while not consumer.is_committed(record):
         if consumer.ownership(record) != owner:
             return False
@@ -67,5 +67,5 @@ async def claim_record(
             logger.warning("could not commit the claim of %s (%r); retrying", what, exc)
         if not consumer.is_committed(record):  # an earlier task's claim may still be in flight
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, 1.0)
     return True

@@ -6,9 +6,11 @@ Runs with the side venv's python (agentlightning 0.3.0, never a dependency of ag
         [--total-tasks 1024] [--batch-size 128] [--n-runners 8] [--max-rounds 10] [--sleep-seconds 0.01]
 
 The shape is upstream's ``tests/benchmark/benchmark_store.py`` in batch mode (written here from its
-description, not copied): ``agl.Trainer(store=LightningStoreClient(url), n_runners=N,
-strategy=ClientServerExecutionStrategy(managed_store=False))``, so N upstream runner processes
-talk to the store over HTTP exactly as an upstream deployment's runners do. The algorithm publishes
+description, not copied): ``agl.Trainer(store=LightningStoreClient(url),
+strategy=ClientServerExecutionStrategy(managed_store=False, n_runners=N))``, so N upstream runner
+processes talk to the store over HTTP exactly as an upstream deployment's runners do. (Upstream's
+file passes ``n_runners`` to the Trainer only; with a strategy instance the strategy's own default
+of 1 wins, so it runs one runner. Here the N goes where it takes effect.) The algorithm publishes
 an ``LLM`` resource per batch, enqueues ``--batch-size`` rollouts, polls ``wait_for_rollouts(timeout=0)``
 every 5 s, and checks every finished rollout from ``query_spans(attempt_id="latest")``: it succeeded,
 one span carries its task name, and upstream's ``find_final_reward`` is in [1, 2]. The agent runs
@@ -146,8 +148,10 @@ def main() -> None:
     store = agl.LightningStoreClient(args.store_url)
     algorithm = BatchAlgorithm(args.total_tasks, args.batch_size)
     try:
-        trainer = agl.Trainer(store=store, algorithm=algorithm, n_runners=args.n_runners,
-                              strategy=agl.ClientServerExecutionStrategy(managed_store=False))  # fmt: skip
+        # The runner count goes to the strategy: a strategy instance keeps its own n_runners (default 1)
+        # over the Trainer's, so upstream's benchmark as written runs one runner whatever --n-runners says.
+        strategy = agl.ClientServerExecutionStrategy(managed_store=False, n_runners=args.n_runners)
+        trainer = agl.Trainer(store=store, algorithm=algorithm, n_runners=args.n_runners, strategy=strategy)
         trainer.fit(make_agent(args.max_rounds, args.sleep_seconds))
     finally:
         asyncio.run(store.close())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agl_stream.client import StoreClient, UnsupportedOnStream
@@ -75,6 +77,14 @@ async def test_clickhouse_reader_filters_sorts_and_pages(ch: ClickHouse, store_d
         progress = await reader.attempt_progress(rid, "at-0000a001")
         assert (progress.expected, progress.stored, progress.complete) == (None, 3, False)  # no finished event stored
         assert await reader.count_spans() == 4
+        # a span delivered again (a retried export), renamed in between: read once, as its last copy (as FINAL)
+        time.sleep(0.01)  # InsertedAt has millisecond resolution
+        again = spans[1].model_copy(update={"name": "openai.chat.completion.v2"})
+        ch.insert_arrow("spans", ColumnBatch(SPAN_SCHEMA, [span_to_row(again)]).to_arrow())
+        reread = await reader.read_spans(SpanQuery(rid, "at-0000a001"))
+        assert reread.total == 3 and [s.name for s in reread][1] == "openai.chat.completion.v2"
+        renamed = await reader.read_spans(SpanQuery(rid, "at-0000a001", contains={"name": "openai"}, limit=5))
+        assert [s.name for s in renamed] == ["openai.chat.completion.v2"] and renamed.total == 1
         with pytest.raises(ValueError, match="sortable"):
             SpanQuery(rid, sort_by="attributes")
     finally:
