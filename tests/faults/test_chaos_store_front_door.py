@@ -233,8 +233,9 @@ async def test_sigkill_store_replica_loses_no_acknowledged_write(workdir: Path) 
             problems.append(f"{rid} acknowledged succeeded, ClickHouse rollouts says {statuses.get(rid)}")
     lost += sum(1 for p in problems if "not in the state machine's view" in p)
 
+    otlp_failed = sum(1 for e in acks.errors if e.get("op") == "otlp_export")
     report(f"[{name}] rollouts={len(acks.rollouts)} succeeded={len(acks.succeeded)} spans={len(acks.spans)} "
-           f"stored_spans={len(final)} duplicates={duplicates} lost={lost} failed_writes={len(acks.errors)} "
+           f"stored_spans={len(final)} duplicates={duplicates} lost={lost} unacknowledged_otlp_exports={otlp_failed} "
            f"retries={retries} [SIGKILLed A after {acked_at_kill} successes with {in_flight_at_kill} request(s) "
            f"in flight; A served {a_before} connections, B {b_after} after the kill; unanswered rollouts retried "
            f"as new ones: {len(unanswered)}; span acks {acks.span_acks}, raw span rows {raw_rows}]")  # fmt: skip
@@ -242,6 +243,9 @@ async def test_sigkill_store_replica_loses_no_acknowledged_write(workdir: Path) 
     assert a_before > 0 and b_after > 0, (a_before, b_after)
     assert retries >= 1, f"the kill interrupted no request of the writer:\n{err[-3000:]}"
     assert not problems, problems[:20]
-    assert not acks.errors, acks.errors[:10]
+    # Upstream's store client retries a dropped connection (through the balancer, to B), so none of its
+    # writes may fail. OpenTelemetry's OTLP/HTTP exporter does not retry one: an export cut by the kill
+    # fails at the client, unacknowledged, so it is not an accepted write (and may or may not be stored).
+    assert otlp_failed == len(acks.errors), [e for e in acks.errors if e.get("op") != "otlp_export"][:10]
     assert len(acks.succeeded) == ROLLOUTS, f"{ROLLOUTS - len(acks.succeeded)} rollouts not acknowledged succeeded"
-    assert len(acks.spans) == ROLLOUTS * (SPANS + 1)
+    assert len(acks.spans) + len(acks.errors) == ROLLOUTS * (SPANS + 1)
