@@ -43,7 +43,7 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-def _status_response(request: Request, code: int, message: str, headers: Optional[dict[str, str]] = None) -> Response:
+def status_response(request: Request, code: int, message: str, headers: Optional[dict[str, str]] = None) -> Response:
     """An error in the encoding the client spoke (google.rpc.Status), JSON when it spoke neither."""
     status = status_pb2.Status(code=code, message=message)
     if _media_type(request) == PROTOBUF:
@@ -92,7 +92,7 @@ def create_app(
             logger.error("OTLP export failed: %s", exc.detail)
         else:
             logger.warning("OTLP export refused (%d): %s", exc.status_code, exc.detail)
-        return _status_response(request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+        return status_response(request, exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.post("/v1/traces")
     async def export_traces(request: Request) -> Response:

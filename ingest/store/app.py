@@ -138,7 +138,7 @@ def create_app(
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         headers = getattr(exc, "headers", None)
         if request.url.path == "/v1/traces":  # OTLP clients expect google.rpc.Status
-            return otlp._status_response(request, exc.status_code, str(exc.detail), headers=headers)
+            return otlp.status_response(request, exc.status_code, str(exc.detail), headers=headers)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(UnsupportedOnStream)
