@@ -29,6 +29,7 @@ class _Proc:
     name: str
     pid: int
     peak_rss: float = 0.0  # MiB
+    rss: float = 0.0  # MiB, latest reading
     cpu: float = 0.0  # seconds, latest reading
     cpu_at_mark: Optional[float] = None
 
@@ -95,6 +96,7 @@ class ProcessSampler:
                         name = "launcher" if proc.pid == pid and len(tree) > 1 and role == "runners" else label(proc)
                         known = self.procs[proc.pid] = _Proc(role, name, proc.pid)
                     known.cpu = times.user + times.system
+                    known.rss = rss
                     known.peak_rss = max(known.peak_rss, rss)
 
     def mark(self) -> None:
@@ -112,6 +114,20 @@ class ProcessSampler:
             for proc in self.procs.values():
                 out[f"{proc.role}/{proc.name}"] += proc.cpu - (proc.cpu_at_mark or 0.0)
         return dict(out)
+
+    def snapshot(self) -> dict[str, tuple[float, float]]:
+        """Per ``role/name``: (CPU seconds since start, summed; latest RSS in MiB, the largest process's).
+
+        A soak reads this every few seconds to see whether any process grows with the work. A process
+        that has exited keeps its last reading, so CPU totals never go backwards.
+        """
+        out: dict[str, tuple[float, float]] = {}
+        with self._lock:
+            for proc in self.procs.values():
+                key = f"{proc.role}/{proc.name}"
+                cpu, rss = out.get(key, (0.0, 0.0))
+                out[key] = (cpu + proc.cpu, max(rss, proc.rss))
+        return out
 
     def peak_rss(self) -> dict[str, float]:
         """Largest peak RSS (MiB) of any process per ``role/name``."""

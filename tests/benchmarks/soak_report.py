@@ -1,0 +1,180 @@
+"""What a soak run shows: each process's RSS and CPU per rollout as the work grows, as a table and a PNG.
+
+A soak (``bench_rollouts.py --soak``) samples every process of the stack every few seconds together
+with the number of rollouts the driver has seen succeed. This module turns those samples into
+checkpoints every ``every`` rollouts and judges them by the long-run bar (issue 22): a process whose
+RSS at the end is more than 20% above its RSS at the first checkpoint grows with the work, and CPU per
+rollout after the first checkpoint must stay within 10% of the first window's.
+
+Pure functions over plain data, so the tests can hold the arithmetic without running a stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+# Processes whose CPU is the server side's (the broker and the processors with the embedded engine).
+SERVER_PREFIXES = ("broker/", "processors/")
+RSS_TOLERANCE = 0.20
+CPU_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading: seconds since the first enqueue, rollouts succeeded so far, per process (CPU s, RSS MiB)."""
+
+    t: float
+    done: int
+    procs: dict[str, tuple[float, float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": round(self.t, 3), "done": self.done,
+                "procs": {k: [round(c, 4), round(r, 1)] for k, (c, r) in self.procs.items()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Sample":
+        return cls(float(data["t"]), int(data["done"]), {k: (float(v[0]), float(v[1])) for k, v in data["procs"].items()})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The first sample at or past ``rollouts`` done, and the CPU per rollout of the window that ends there."""
+
+    rollouts: int  # the checkpoint's nominal count (the sample's own count is ``sample.done``)
+    sample: Sample
+    cpu_ms_per_rollout: dict[str, float]  # per process, over the window since the previous checkpoint
+
+    @property
+    def rss(self) -> dict[str, float]:
+        return {k: r for k, (_c, r) in self.sample.procs.items()}
+
+    @property
+    def server_cpu_ms(self) -> float:
+        return sum(v for k, v in self.cpu_ms_per_rollout.items() if k.startswith(SERVER_PREFIXES))
+
+
+def checkpoints(samples: Sequence[Sample], every: int) -> list[Checkpoint]:
+    """Checkpoints at ``every``, ``2 * every``, ... rollouts, and one at the last sample.
+
+    The window of a checkpoint starts at the previous one (the first window starts at the first
+    sample, taken at the first enqueue), so its CPU per rollout is the work of those rollouts alone.
+    """
+    if every <= 0:
+        raise ValueError("every must be positive")
+    ordered = sorted(samples, key=lambda s: (s.done, s.t))
+    if not ordered:
+        return []
+    out: list[Checkpoint] = []
+    previous = ordered[0]
+    target = every
+    for sample in ordered:
+        if sample.done >= target and sample.done > previous.done:
+            out.append(Checkpoint(target, sample, _cpu_per_rollout(previous, sample)))
+            previous = sample
+            while target <= sample.done:
+                target += every
+    last = ordered[-1]
+    if last.done > previous.done:
+        out.append(Checkpoint(last.done, last, _cpu_per_rollout(previous, last)))
+    return out
+
+
+def _cpu_per_rollout(start: Sample, end: Sample) -> dict[str, float]:
+    rollouts = end.done - start.done
+    return {key: 1000.0 * (cpu - start.procs.get(key, (0.0, 0.0))[0]) / rollouts for key, (cpu, _rss) in end.procs.items()}
+
+
+@dataclass
+class Verdict:
+    """RSS growth per process (end vs first checkpoint) and the server's CPU per rollout, first window vs after."""
+
+    rss_growth: dict[str, float] = field(default_factory=dict)  # fraction: 0.1 is +10%
+    server_cpu_first_ms: float = 0.0
+    server_cpu_after_ms: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "rss_growth": {k: round(v, 4) for k, v in self.rss_growth.items()},
+                "server_cpu_ms_per_rollout_first": round(self.server_cpu_first_ms, 3),
+                "server_cpu_ms_per_rollout_after": round(self.server_cpu_after_ms, 3), "problems": self.problems}  # fmt: skip
+
+
+def judge(points: Sequence[Checkpoint], *, judged: Optional[Sequence[str]] = None) -> Verdict:
+    """Hold the checkpoints to the long-run bar; ``judged``: the process labels held to it (default: all but the driver)."""
+    verdict = Verdict()
+    if len(points) < 2:
+        verdict.problems.append("fewer than two checkpoints: run more rollouts than --soak-every")
+        return verdict
+    first, last = points[0], points[-1]
+    labels = judged if judged is not None else [k for k in last.rss if not k.startswith("driver/")]
+    for key in labels:
+        base, end = first.rss.get(key), last.rss.get(key)
+        if not base or end is None:
+            continue
+        growth = end / base - 1.0
+        verdict.rss_growth[key] = growth
+        if growth > RSS_TOLERANCE:
+            verdict.problems.append(f"{key}: RSS {base:.0f} -> {end:.0f} MiB (+{100 * growth:.0f}%, bar +{100 * RSS_TOLERANCE:.0f}%)")
+    verdict.server_cpu_first_ms = first.server_cpu_ms
+    after_rollouts = last.sample.done - first.sample.done
+    after_cpu = sum(last.sample.procs[k][0] - first.sample.procs.get(k, (0.0, 0.0))[0]
+                    for k in last.sample.procs if k.startswith(SERVER_PREFIXES))  # fmt: skip
+    verdict.server_cpu_after_ms = 1000.0 * after_cpu / after_rollouts
+    change = verdict.server_cpu_after_ms / verdict.server_cpu_first_ms - 1.0 if verdict.server_cpu_first_ms else 0.0
+    if abs(change) > CPU_TOLERANCE:
+        verdict.problems.append(f"server CPU per rollout {verdict.server_cpu_first_ms:.1f} ms in the first "
+                                f"{first.sample.done} rollouts, {verdict.server_cpu_after_ms:.1f} ms after "
+                                f"({100 * change:+.0f}%, bar {100 * CPU_TOLERANCE:.0f}%)")  # fmt: skip
+    return verdict
+
+
+def markdown_table(points: Sequence[Checkpoint]) -> str:
+    """RSS (MiB) of each process and the server's CPU per rollout at every checkpoint."""
+    if not points:
+        return "(no checkpoints)"
+    labels = sorted({k for p in points for k in p.rss if not k.endswith("/launcher")})
+    head = ["rollouts", "elapsed s", "server CPU ms/rollout (window)", *[f"{k} RSS MiB" for k in labels]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in points:
+        cells = [f"{p.sample.done:,}", f"{p.sample.t:.0f}", f"{p.server_cpu_ms:.1f}",
+                 *[f"{p.rss[k]:.0f}" if k in p.rss else "-" for k in labels]]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(points: Sequence[Checkpoint], samples: Sequence[Sample], path: Path, title: str) -> None:
+    """Two panels over rollouts done: each process's RSS (every sample), CPU ms per rollout per window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_rss, ax_cpu) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    ordered = sorted(samples, key=lambda s: (s.done, s.t))
+    labels = sorted({k for s in ordered for k in s.procs if not k.endswith("/launcher")})
+    for key in labels:
+        xs = [s.done for s in ordered if key in s.procs]
+        ax_rss.plot(xs, [s.procs[key][1] for s in ordered if key in s.procs], label=key, linewidth=1.2)
+    ax_rss.set_ylabel("RSS (MiB; runners: largest process)")
+    ax_rss.legend(fontsize=7, ncol=2, loc="upper left")
+    ax_rss.grid(alpha=0.3)
+    xs = [p.sample.done for p in points]
+    ax_cpu.plot(xs, [p.server_cpu_ms for p in points], marker="o", color="black", label="server total")
+    for key in [k for k in labels if k.startswith(SERVER_PREFIXES)]:
+        ax_cpu.plot(xs, [p.cpu_ms_per_rollout.get(key, 0.0) for p in points], marker=".", linewidth=0.9, label=key)
+    ax_cpu.set_ylabel("CPU ms per rollout (window since previous point)")
+    ax_cpu.set_xlabel("rollouts succeeded")
+    ax_cpu.set_ylim(bottom=0)
+    ax_cpu.legend(fontsize=7, ncol=2, loc="upper left")
+    ax_cpu.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
