@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
+from agl_stream.client.sql_ids import array_literal, chunks, in_lists
 from agl_stream.types import Span, Trajectory, Triplet
 from agl_stream_processors.clickhouse.client import ClickHouse
 from agl_stream_processors.clickhouse.columns import ColumnBatch
@@ -87,48 +88,63 @@ class ReplayReport:
 
 
 def select_attempts(ch: ClickHouse, selection: Selection) -> list[AttemptKey]:
-    conditions, params = [], {}
-    if selection.rollout_ids:
-        conditions.append("RolloutId IN {rollouts:Array(String)}")
-        params["rollouts"] = list(selection.rollout_ids)
+    """The selected attempts, the earliest first span first (ties by key), at most ``selection.limit``.
+
+    Explicit rollouts are read in bounded chunks (:mod:`agl_stream.client.sql_ids`); every attempt
+    belongs to one rollout, so each chunk's first ``limit`` attempts in the same order, merged and
+    cut again, are the first ``limit`` of the whole selection."""
+    params: dict[str, Any] = {}
     having = ""
     if selection.since is not None:
         having = "HAVING min(Timestamp) >= fromUnixTimestamp64Micro({since:Int64}, 'UTC')"
         params["since"] = int(selection.since * 1_000_000)
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
     limit = f"LIMIT {int(selection.limit)}" if selection.limit else ""
-    _cols, rows = ch.query_rows(
-        f"SELECT RolloutId, AttemptId FROM spans {where} GROUP BY RolloutId, AttemptId {having} "
-        f"ORDER BY min(Timestamp), RolloutId, AttemptId {limit}",
-        params,
-    )
-    return [(r[0], r[1]) for r in rows]
+
+    def attempts(where: str) -> list[tuple[int, str, str]]:
+        _cols, rows = ch.query_rows(
+            f"SELECT toUnixTimestamp64Nano(min(Timestamp)) AS First, RolloutId, AttemptId FROM spans {where} "
+            f"GROUP BY RolloutId, AttemptId {having} ORDER BY First, RolloutId, AttemptId {limit}",
+            params,
+        )
+        return [(int(r[0]), r[1], r[2]) for r in rows]
+
+    if not selection.rollout_ids:
+        found = attempts("")
+    else:
+        found = sorted(row for ids in in_lists(selection.rollout_ids) for row in attempts(f"WHERE RolloutId IN {ids}"))
+        if selection.limit:
+            found = found[: int(selection.limit)]
+    return [(rid, aid) for _first, rid, aid in found]
 
 
 def read_spans(ch: ClickHouse, keys: Sequence[AttemptKey]) -> dict[AttemptKey, list[Span]]:
     """Spans of the given attempts (deduplicated with FINAL), each list in sequence order."""
-    if not keys:
-        return {}
-    table = ch.query_arrow(
-        f"SELECT {SPAN_COLUMNS} FROM spans FINAL WHERE (RolloutId, AttemptId) IN {{keys:Array(Tuple(String, String))}} "
-        "ORDER BY RolloutId, AttemptId, SequenceId, Timestamp, SpanId",
-        {"keys": [tuple(k) for k in keys]},
-    )
     grouped: dict[AttemptKey, list[Span]] = {k: [] for k in keys}
-    for span in spans_from_arrow(table):
-        grouped[(span.rollout_id, span.attempt_id)].append(span)
+    for in_keys in in_lists(tuple(k) for k in keys):  # bounded chunks; an attempt's spans all come in its own
+        table = ch.query_arrow(
+            f"SELECT {SPAN_COLUMNS} FROM spans FINAL WHERE (RolloutId, AttemptId) IN {in_keys} "
+            "ORDER BY RolloutId, AttemptId, SequenceId, Timestamp, SpanId"
+        )
+        for span in spans_from_arrow(table):
+            grouped[(span.rollout_id, span.attempt_id)].append(span)
     return grouped
 
 
 def read_context(ch: ClickHouse, keys: Sequence[AttemptKey]) -> dict[AttemptKey, dict[str, Any]]:
     """What the trajectory record needs besides triplets: mode, resources, group, status, attempt number."""
-    if not keys:
-        return {}
+    context: dict[AttemptKey, dict[str, Any]] = {}
+    for chunk in chunks(tuple(k) for k in keys):  # bounded: see agl_stream.client.sql_ids
+        context.update(_read_context(ch, array_literal(chunk)))
+    return context
+
+
+def _read_context(ch: ClickHouse, keys: str) -> dict[AttemptKey, dict[str, Any]]:
+    """:func:`read_context` of the attempts ``keys`` names: an array literal of (rollout id, attempt id)."""
     _cols, rows = ch.query_rows(
-        """
+        f"""
         SELECT k.1 AS rollout_id, k.2 AS attempt_id, r.Mode, r.ResourcesId, t.GroupId, a.Status, a.Seq, a.Finished,
                r.AttemptId, r.AttemptSequenceId, r.Status, r.AttemptStatus
-        FROM (SELECT arrayJoin({keys:Array(Tuple(String, String))}) AS k) AS s
+        FROM (SELECT arrayJoin({keys}) AS k) AS s
         LEFT JOIN (SELECT RolloutId, Mode, ResourcesId, AttemptId, AttemptSequenceId, Status, AttemptStatus
                    FROM rollouts FINAL) AS r
                ON r.RolloutId = s.k.1
@@ -139,8 +155,7 @@ def read_context(ch: ClickHouse, keys: Sequence[AttemptKey]) -> dict[AttemptKey,
                           max(AttemptSequenceId) AS Seq, maxIf(toFloat64(Timestamp), Kind = 'finished') AS Finished
                    FROM attempts GROUP BY RolloutId, AttemptId) AS a
                ON a.RolloutId = s.k.1 AND a.AttemptId = s.k.2
-        """,
-        {"keys": [tuple(k) for k in keys]},
+        """
     )
     return {
         (r[0], r[1]): {

@@ -21,6 +21,7 @@ from agl_stream.client.errors import SpanReaderUnavailable
 from agl_stream.client.paging import PaginatedResult
 from agl_stream.client.span_reader import AttemptProgress, SpanQuery
 from agl_stream.client.span_rows import span_from_row
+from agl_stream.client.sql_ids import in_lists
 from agl_stream.types import Span
 
 _COLUMN = {
@@ -156,14 +157,15 @@ class ClickHouseSpanReader:
                                finished_uncounted=expected is None and int(finished) > 0)  # fmt: skip
 
     async def missing_span_ids(self, rollout_id: str, attempt_id: str, span_ids: Sequence[str]) -> set[str]:
-        if not span_ids:
-            return set()
-        _, rows = await self._query(
-            "SELECT DISTINCT SpanId FROM spans WHERE RolloutId = {r:String} AND AttemptId = {a:String} "
-            "AND SpanId IN {ids:Array(String)}",
-            {"r": rollout_id, "a": attempt_id, "ids": list(span_ids)},
-        )
-        return set(span_ids) - {r[0] for r in rows}
+        found: set[str] = set()
+        for ids in in_lists(span_ids):  # bounded chunks: see agl_stream.client.sql_ids
+            _, rows = await self._query(
+                f"SELECT DISTINCT SpanId FROM spans WHERE RolloutId = {{r:String}} AND AttemptId = {{a:String}} "
+                f"AND SpanId IN {ids}",
+                {"r": rollout_id, "a": attempt_id},
+            )
+            found.update(r[0] for r in rows)
+        return set(span_ids) - found
 
     async def count_spans(self) -> int:
         _, rows = await self._query("SELECT uniqExact(RolloutId, AttemptId, SpanId) FROM spans", {})

@@ -76,6 +76,8 @@ class LocalStack:
             "AGL_KAFKA_SESSION_TIMEOUT_MS": str(s.kafka_session_timeout_ms),
             "AGL_LOG_LEVEL": s.log_level,
         }
+        if s.kafka_compression:
+            env["AGL_KAFKA_COMPRESSION"] = s.kafka_compression
         return env
 
     async def start(self) -> Settings:

@@ -51,11 +51,13 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 
 from agl_stream.client import StoreClient  # noqa: E402
+from agl_stream.client.sql_ids import in_lists  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.execution.local_stack import LocalStack  # noqa: E402
 from agl_stream.execution.process import ServiceProcess  # noqa: E402
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks, plan  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
+from tests.benchmarks.soak_report import Sample, checkpoints, judge, markdown_table, plot  # noqa: E402
 from tests.faults.harness import AGENT, Enqueued, audit  # noqa: E402
 
 logger = logging.getLogger("bench_rollouts")
@@ -213,20 +215,23 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     from agl_stream.client.follow import TopicFollower
     from agl_stream.types import RolloutSnapshot
 
-    settings = Settings.from_env(env={}, data_dir=data_dir, partitions=args.partitions, kafka_session_timeout_ms=10_000)
+    settings = Settings.from_env(env={}, data_dir=data_dir, partitions=args.partitions, kafka_session_timeout_ms=10_000,
+                                 kafka_compression=args.compression)  # fmt: skip
     log_dir = data_dir / "logs"
     stack = LocalStack(settings, processor_args=["--adapter", ADAPTER_SPEC], log_dir=log_dir)
     procs = ProcessSampler().start()
     tasks = make_tasks(args.rollouts, seed=args.seed, sleep=args.sleep)
     enq = Enqueued()
     succeeded_seen: dict[str, float] = {}  # rollout id -> when this driver saw its 'succeeded' snapshot
+    soak: list[Sample] = []  # --soak: every process's CPU and RSS with the rollouts done, every few seconds
+    timeline: Optional[asyncio.Task[None]] = None
 
     def on_snapshot(_key: Optional[str], snap: RolloutSnapshot) -> None:
         if snap.rollout.status == "succeeded":
             succeeded_seen.setdefault(snap.rollout.rollout_id, time.time())
 
     results: dict[str, Any] = {
-        "params": {k: getattr(args, k) for k in ("rollouts", "batch", "runners", "concurrency", "partitions", "sleep", "rate")}
+        "params": {k: getattr(args, k) for k in ("rollouts", "batch", "runners", "concurrency", "partitions", "sleep", "rate", "compression")}
     }
     try:
         settings = await stack.start()
@@ -244,6 +249,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         async with StoreClient(settings) as store:
             procs.mark()  # the CPU window: from the first enqueue until the sinks wrote the last row
             t0 = time.time()
+            timeline = asyncio.create_task(record_timeline(procs, succeeded_seen, t0, args.soak_interval, soak)) \
+                if args.soak else None  # fmt: skip
             if args.rate:
                 await enqueue_at_rate(store, tasks, enq, args.rate, stack)
             else:
@@ -255,6 +262,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         expected_spans = sum(plan(t).spans for t in tasks)
         await wait_sinks_caught_up(log_dir / "processors.health.json", expected_spans, len(tasks))
         cpu = procs.cpu_since()
+        if timeline is not None:
+            timeline.cancel()
+            soak.append(Sample(time.time() - t0, len(enq.tasks), procs.snapshot()))  # all done: waited for above
         await follower.stop()
         runners.stop()
         stack.services[0].stop(timeout=60)  # the processors: ClickHouse is free for this process now
@@ -272,21 +282,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     ch = connect(settings.effective_clickhouse_dsn)
     try:
         verdict = audit(ch, enq)
-        ids = "(" + ",".join(f"'{i}'" for i in enq.tasks) + ")"
-        # per rollout: enqueue, end (state machine), the final attempt's 'finished' (runner clock = this machine),
-        # the first triplet row, and the first 'succeeded' rollouts row
-        rows = ch.query_rows(
-            f"SELECT r.RolloutId, toFloat64(r.StartTime), toFloat64(r.EndTime), t.first_row, f.finished, s.row "
-            f"FROM (SELECT RolloutId, StartTime, EndTime, AttemptId FROM rollouts FINAL WHERE RolloutId IN {ids}) AS r "
-            f"LEFT JOIN (SELECT RolloutId, AttemptId, toFloat64(min(InsertedAt)) AS first_row FROM triplets FINAL "
-            f"WHERE RolloutId IN {ids} GROUP BY RolloutId, AttemptId) AS t ON r.RolloutId = t.RolloutId AND r.AttemptId = t.AttemptId "
-            f"LEFT JOIN (SELECT RolloutId, AttemptId, toFloat64(max(Timestamp)) AS finished FROM attempts "
-            f"WHERE RolloutId IN {ids} AND Kind = 'finished' GROUP BY RolloutId, AttemptId) AS f "
-            f"ON r.RolloutId = f.RolloutId AND r.AttemptId = f.AttemptId "
-            f"LEFT JOIN (SELECT RolloutId, toFloat64(min(InsertedAt)) AS row FROM rollouts "
-            f"WHERE RolloutId IN {ids} AND Status = 'succeeded' GROUP BY RolloutId) AS s ON r.RolloutId = s.RolloutId"
-        )[1]
-        last_span_row = ch.scalar(f"SELECT toFloat64(max(InsertedAt)) FROM spans WHERE RolloutId IN {ids}")
+        rows, last_span_row = latency_rows(ch, list(enq.tasks))
         results["raw"]["clickhouse_insert_rows_per_s"] = raw_insert_rate(ch, sample)
     finally:
         ch.close()
@@ -319,11 +315,68 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "processors_max": max((mb for key, mb in rss.items() if key.startswith("processors/")), default=0.0),
         "driver": max((mb for key, mb in rss.items() if key.startswith("driver/")), default=0.0),
     }  # fmt: skip
+    if args.soak:
+        results["soak"] = soak_results(soak, args)
     results["ratio"] = {
         "spans_vs_raw_produce": results["spans_per_s"] / results["raw"]["produce_records_per_s"],
         "spans_vs_raw_insert": results["spans_per_s"] / results["raw"]["clickhouse_insert_rows_per_s"],
     }
     return results
+
+
+def latency_rows(ch: Any, rollout_ids: list[str]) -> tuple[list[tuple[Any, ...]], float]:
+    """Per rollout: its id, enqueue time, end (state machine), the first triplet row, the final attempt's
+    'finished' (runner clock = this machine) and the first 'succeeded' rollouts row; and the last span row's
+    insert time (0.0 without spans).
+
+    The ids go in bounded chunks (:mod:`agl_stream.client.sql_ids`): one query naming all of them passes
+    ClickHouse's max_query_size from ~4,096 rollouts on. Every row is one rollout's, so the chunks' rows
+    together are the whole answer and the last span row is the latest of the chunks' last rows."""
+    rows: list[tuple[Any, ...]] = []
+    last_span_row = 0.0
+    for ids in in_lists(rollout_ids):
+        rows += ch.query_rows(
+            f"SELECT r.RolloutId, toFloat64(r.StartTime), toFloat64(r.EndTime), t.first_row, f.finished, s.row "
+            f"FROM (SELECT RolloutId, StartTime, EndTime, AttemptId FROM rollouts FINAL WHERE RolloutId IN {ids}) AS r "
+            f"LEFT JOIN (SELECT RolloutId, AttemptId, toFloat64(min(InsertedAt)) AS first_row FROM triplets FINAL "
+            f"WHERE RolloutId IN {ids} GROUP BY RolloutId, AttemptId) AS t ON r.RolloutId = t.RolloutId AND r.AttemptId = t.AttemptId "
+            f"LEFT JOIN (SELECT RolloutId, AttemptId, toFloat64(max(Timestamp)) AS finished FROM attempts "
+            f"WHERE RolloutId IN {ids} AND Kind = 'finished' GROUP BY RolloutId, AttemptId) AS f "
+            f"ON r.RolloutId = f.RolloutId AND r.AttemptId = f.AttemptId "
+            f"LEFT JOIN (SELECT RolloutId, toFloat64(min(InsertedAt)) AS row FROM rollouts "
+            f"WHERE RolloutId IN {ids} AND Status = 'succeeded' GROUP BY RolloutId) AS s ON r.RolloutId = s.RolloutId"
+        )[1]
+        last = ch.scalar(f"SELECT toFloat64(max(InsertedAt)) FROM spans WHERE RolloutId IN {ids}")
+        last_span_row = max(last_span_row, float(last or 0.0))
+    return rows, last_span_row
+
+
+async def record_timeline(procs: ProcessSampler, succeeded: dict[str, float], t0: float, interval: float,
+                          out: list[Sample]) -> None:  # fmt: skip
+    """Every ``interval`` s: each process's CPU and RSS with the rollouts seen succeeded so far (soak mode)."""
+    while True:
+        procs.sample()
+        out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot()))
+        await asyncio.sleep(interval)
+
+
+def soak_results(samples: list[Sample], args: argparse.Namespace) -> dict[str, Any]:
+    """Checkpoints every ``--soak-every`` rollouts, the long-run verdict, the table, and the PNG if asked."""
+    points = checkpoints(samples, args.soak_every)
+    verdict = judge(points)
+    if args.plot:
+        p = args
+        plot(points, samples, args.plot, f"soak: {p.rollouts:,} rollouts, batches of {p.batch}, {p.runners} runners x "
+             f"{p.concurrency}, {p.partitions} partitions, {os.cpu_count()} cores")  # fmt: skip
+    return {
+        "every": args.soak_every,
+        "checkpoints": [{"rollouts": c.sample.done, "t": round(c.sample.t, 1), "server_cpu_ms_per_rollout": round(c.server_cpu_ms, 3),
+                         "cpu_ms_per_rollout": {k: round(v, 3) for k, v in c.cpu_ms_per_rollout.items()},
+                         "rss_mb": {k: round(v, 1) for k, v in c.rss.items()}} for c in points],
+        "verdict": verdict.to_json(),
+        "table": markdown_table(points),
+        "samples": [s.to_json() for s in samples],
+    }  # fmt: skip
 
 
 def cpu_per_rollout(cpu: dict[str, float], rollouts: int) -> dict[str, float]:
@@ -378,9 +431,17 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=None,
                         help="fixed offered load in rollouts/s (open loop) instead of saturating batches; e.g. 10")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compression", choices=("gzip", "lz4", "zstd"), default=None,
+                        help="producers compress record batches (AGL_KAFKA_COMPRESSION)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the rollouts")
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the stack's data here (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--soak", action="store_true",
+                        help="long-run mode: sample every process's RSS and CPU with the rollouts done, judge growth "
+                             "(RSS at the end within 20%% of the first checkpoint's, CPU per rollout within 10%%)")
+    parser.add_argument("--soak-every", type=int, default=2000, help="soak checkpoint every N rollouts")
+    parser.add_argument("--soak-interval", type=float, default=2.0, help="soak sampling interval, seconds")
+    parser.add_argument("--plot", type=Path, default=None, help="soak: write the RSS / CPU-per-rollout plot (PNG) here")
     return parser.parse_args(argv)
 
 
@@ -397,6 +458,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str))
     print_table(results)
+    if args.soak:
+        soak = results["soak"]
+        print(f"\nsoak, checkpoints every {args.soak_every:,} rollouts:\n{soak['table']}")
+        print("soak verdict:", "ok" if soak["verdict"]["ok"] else "; ".join(soak["verdict"]["problems"]))
     if not results["verified"]["ok"]:
         print("VERIFICATION FAILED:", json.dumps(results["verified"], default=str)[:3000], file=sys.stderr)
         sys.exit(1)

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from agl_stream.broker import LocalBroker, free_port
 from agl_stream.client import StoreClient
+from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.execution.process import ServiceProcess
@@ -195,10 +196,6 @@ class Audit:
                 f"(raw duplicate rows collapsed by the tables: {self.raw_duplicate_rows})")  # fmt: skip
 
 
-def _in(ids: Sequence[str]) -> str:
-    return "(" + ",".join("'" + i.replace("'", "") + "'" for i in ids) + ")"
-
-
 def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) -> Audit:
     """Every enqueued rollout's final status, and the spans and triplets of the attempt that ended it.
 
@@ -218,36 +215,44 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
 
     ids = list(enqueued.tasks)
     problems: list[str] = []
+    rollouts: dict[str, tuple[str, str]] = {}
+    finished: dict[tuple[str, str], list[Any]] = {}
+    span_keys: dict[tuple[str, str], tuple[Any, ...]] = {}
+    triplet_keys: dict[tuple[str, str], tuple[Any, ...]] = {}
+    names: dict[str, str] = {}
+    span_rows_raw = span_rows_final = triplet_rows_raw = triplet_rows_final = 0
     ch = connect(store) if isinstance(store, str) else store  # a DSN, or a client this process already holds
     try:
-        rollouts = {r[0]: (r[1], r[2]) for r in ch.query_rows(
-            f"SELECT RolloutId, argMax(Status, UpdatedAt), argMax(AttemptId, UpdatedAt) FROM rollouts "
-            f"WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId")[1]}  # fmt: skip
-        statuses = {rid: status for rid, (status, _aid) in rollouts.items()}
-        finished: dict[tuple[str, str], list[Any]] = {}
-        for rid, aid, status, span_count in ch.query_rows(
-            f"SELECT RolloutId, AttemptId, Status, SpanCount FROM attempts FINAL WHERE Kind = 'finished' "
-            f"AND RolloutId IN {_in(ids)}"
-        )[1]:
-            finished.setdefault((rid, aid), []).append((status, span_count))
-        span_keys = {(r[0], r[1]): (r[2], r[3], r[4]) for r in ch.query_rows(
-            f"SELECT RolloutId, AttemptId, count(), uniqExact(SequenceId), max(SequenceId) FROM spans FINAL "
-            f"WHERE RolloutId IN {_in(ids)} GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
-        span_rows_raw = ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {_in(ids)}")
-        span_rows_final = ch.scalar(f"SELECT count() FROM spans FINAL WHERE RolloutId IN {_in(ids)}")
-        triplet_keys = {(r[0], r[1]): (r[2], r[3], r[4], r[5], r[6]) for r in ch.query_rows(
-            f"SELECT RolloutId, AttemptId, count(), uniqExact(TripletIndex), any(TripletCount), any(FinalReward), "
-            f"groupUniqArray(Decision) FROM triplets FINAL WHERE RolloutId IN {_in(ids)} "
-            f"GROUP BY RolloutId, AttemptId")[1]}  # fmt: skip
-        triplet_rows_raw = ch.scalar(f"SELECT count() FROM triplets WHERE RolloutId IN {_in(ids)}")
-        triplet_rows_final = ch.scalar(f"SELECT count() FROM triplets FINAL WHERE RolloutId IN {_in(ids)}")
-        names = {r[0]: r[1] for r in ch.query_rows(
-            f"SELECT RolloutId, any(SpanAttributes['{TASK_NAME_KEY}']) FROM spans FINAL WHERE RolloutId IN {_in(ids)} "
-            f"AND mapContains(SpanAttributes, '{TASK_NAME_KEY}') GROUP BY RolloutId")[1]}  # fmt: skip
+        # Bounded chunks of rollout ids (agl_stream.client.sql_ids): every row and group below belongs to one
+        # rollout, and the chunks partition the ids, so per-chunk rows merge and per-chunk counts add up.
+        for in_ids in in_lists(ids):
+            rollouts.update({r[0]: (r[1], r[2]) for r in ch.query_rows(
+                f"SELECT RolloutId, argMax(Status, UpdatedAt), argMax(AttemptId, UpdatedAt) FROM rollouts "
+                f"WHERE RolloutId IN {in_ids} GROUP BY RolloutId")[1]})  # fmt: skip
+            for rid, aid, status, span_count in ch.query_rows(
+                f"SELECT RolloutId, AttemptId, Status, SpanCount FROM attempts FINAL WHERE Kind = 'finished' "
+                f"AND RolloutId IN {in_ids}"
+            )[1]:
+                finished.setdefault((rid, aid), []).append((status, span_count))
+            span_keys.update({(r[0], r[1]): (r[2], r[3], r[4]) for r in ch.query_rows(
+                f"SELECT RolloutId, AttemptId, count(), uniqExact(SequenceId), max(SequenceId) FROM spans FINAL "
+                f"WHERE RolloutId IN {in_ids} GROUP BY RolloutId, AttemptId")[1]})  # fmt: skip
+            span_rows_raw += ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {in_ids}")
+            span_rows_final += ch.scalar(f"SELECT count() FROM spans FINAL WHERE RolloutId IN {in_ids}")
+            triplet_keys.update({(r[0], r[1]): (r[2], r[3], r[4], r[5], r[6]) for r in ch.query_rows(
+                f"SELECT RolloutId, AttemptId, count(), uniqExact(TripletIndex), any(TripletCount), any(FinalReward), "
+                f"groupUniqArray(Decision) FROM triplets FINAL WHERE RolloutId IN {in_ids} "
+                f"GROUP BY RolloutId, AttemptId")[1]})  # fmt: skip
+            triplet_rows_raw += ch.scalar(f"SELECT count() FROM triplets WHERE RolloutId IN {in_ids}")
+            triplet_rows_final += ch.scalar(f"SELECT count() FROM triplets FINAL WHERE RolloutId IN {in_ids}")
+            names.update({r[0]: r[1] for r in ch.query_rows(
+                f"SELECT RolloutId, any(SpanAttributes['{TASK_NAME_KEY}']) FROM spans FINAL WHERE RolloutId IN {in_ids} "
+                f"AND mapContains(SpanAttributes, '{TASK_NAME_KEY}') GROUP BY RolloutId")[1]})  # fmt: skip
     finally:
         if isinstance(store, str):
             ch.close()
 
+    statuses = {rid: status for rid, (status, _aid) in rollouts.items()}
     duplicates = lost = superseded = 0
     counts: dict[str, int] = {}
     for rid in ids:

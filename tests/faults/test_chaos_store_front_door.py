@@ -40,6 +40,7 @@ import pytest
 
 from agl_stream.broker import free_port
 from agl_stream.client import StoreClient
+from agl_stream.client.sql_ids import in_lists
 from agl_stream.execution.process import ServiceProcess, agl_command
 from tests.faults.balancer import Balancer
 from tests.faults.harness import Pipeline
@@ -54,10 +55,6 @@ SPANS = 3  # add_span per rollout, plus one through the OTLP exporter
 CONCURRENCY = 4
 KILL_AFTER = ROLLOUTS // 3  # attempts acknowledged succeeded before A is killed
 WRITER_TIMEOUT = 420.0
-
-
-def _in(ids: Any) -> str:
-    return "(" + ",".join("'" + str(i).replace("'", "") + "'" for i in ids) + ")"
 
 
 class Acks:
@@ -191,16 +188,20 @@ async def test_sigkill_store_replica_loses_no_acknowledged_write(workdir: Path) 
 
         ch = connect(pipe.settings.effective_clickhouse_dsn)
         try:
-            rids = list(acks.rollouts)
-            final = ch.query_rows(
-                f"SELECT SpanId, RolloutId, AttemptId FROM spans FINAL WHERE RolloutId IN {_in(rids)}")[1]
-            raw_rows = ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {_in(rids)}")
-            finished = {(r[0], r[1]) for r in ch.query_rows(
-                f"SELECT RolloutId, AttemptId FROM attempts FINAL WHERE Kind = 'finished' AND Status = 'succeeded' "
-                f"AND RolloutId IN {_in(rids)}")[1]}  # fmt: skip
-            statuses = dict(ch.query_rows(
-                f"SELECT RolloutId, argMax(Status, UpdatedAt) FROM rollouts WHERE RolloutId IN {_in(rids)} "
-                f"GROUP BY RolloutId")[1])  # fmt: skip
+            final: list[tuple[Any, ...]] = []
+            raw_rows = 0
+            finished: set[tuple[str, str]] = set()
+            statuses: dict[str, str] = {}
+            for in_rids in in_lists(acks.rollouts):  # bounded chunks of rollout ids; every row names one rollout
+                final += ch.query_rows(
+                    f"SELECT SpanId, RolloutId, AttemptId FROM spans FINAL WHERE RolloutId IN {in_rids}")[1]
+                raw_rows += ch.scalar(f"SELECT count() FROM spans WHERE RolloutId IN {in_rids}")
+                finished |= {(r[0], r[1]) for r in ch.query_rows(
+                    f"SELECT RolloutId, AttemptId FROM attempts FINAL WHERE Kind = 'finished' AND Status = 'succeeded' "
+                    f"AND RolloutId IN {in_rids}")[1]}  # fmt: skip
+                statuses.update(ch.query_rows(
+                    f"SELECT RolloutId, argMax(Status, UpdatedAt) FROM rollouts WHERE RolloutId IN {in_rids} "
+                    f"GROUP BY RolloutId")[1])  # fmt: skip
         finally:
             ch.close()
     finally:

@@ -25,6 +25,7 @@ from typing import Any, Callable, TypeVar
 
 import pytest
 
+from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.execution.process import ServiceProcess, agl_command
@@ -171,19 +172,19 @@ def test_upstream_runner_trains_through_the_front_door(tmp_path: Path) -> None:
         try:
             ids = sorted(rollouts)
             # the rollouts were agl-stream's tasks, dequeued and finished by the upstream runner
-            found = _until(lambda: ch.query_rows(
+            found = _until(lambda: [row for in_ids in in_lists(ids) for row in ch.query_rows(
                 "SELECT RolloutId, Status, WorkerId, Mode, JSONExtractString(Metadata, 'group_id') FROM rollouts FINAL "
-                "WHERE has({ids:Array(String)}, RolloutId) AND Status = 'succeeded'", {"ids": ids})[1],
+                f"WHERE RolloutId IN {in_ids} AND Status = 'succeeded'")[1]],
                 lambda got: len(got) == len(ids))  # fmt: skip
             assert sorted(r[0] for r in found) == ids, found
             for rollout_id, _status, worker_id, mode, group in found:
                 assert (worker_id, mode) == (worker, rollouts[rollout_id]["mode"]), found
                 assert bool(group) == (mode == "train"), found  # the scheduler's GRPO groups
             # their spans became triplets with the token ids the server returned and the runner's rewards
-            triplets = _until(lambda: ch.query_rows(
+            triplets = _until(lambda: [row for in_ids in in_lists(ids) for row in ch.query_rows(
                 "SELECT RolloutId, length(PromptTokenIds), length(ResponseTokenIds), FinalReward, Reward "
-                "FROM triplets FINAL WHERE has({ids:Array(String)}, RolloutId) AND Decision = 'final' "
-                "AND Status = 'succeeded'", {"ids": ids})[1],
+                f"FROM triplets FINAL WHERE RolloutId IN {in_ids} AND Decision = 'final' "
+                "AND Status = 'succeeded'")[1]],
                 lambda got: len(got) == len(ids))  # fmt: skip
             assert sorted(t[0] for t in triplets) == ids, triplets
             for rollout_id, prompt, response, final, reward in triplets:

@@ -24,6 +24,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.otlp.app import create_app
@@ -105,11 +106,8 @@ async def test_upstream_exported_spans_are_stored_with_upstreams_sequence_ids(to
     await run_sinks(topics, ["spans"], idle_exit=3.0)  # drains agl.spans into ClickHouse, then stops
     ch = connect(topics.effective_clickhouse_dsn, create_database=True)
     try:
-        _columns, rows = ch.query_rows(
-            "SELECT RolloutId, AttemptId, SpanId, SequenceId FROM spans FINAL "
-            "WHERE RolloutId IN {rollouts:Array(String)}",
-            {"rollouts": sorted({r for r, _, _ in expected})},
-        )
+        rows = [row for in_ids in in_lists(sorted({r for r, _, _ in expected})) for row in ch.query_rows(
+            f"SELECT RolloutId, AttemptId, SpanId, SequenceId FROM spans FINAL WHERE RolloutId IN {in_ids}")[1]]  # fmt: skip
     finally:
         ch.close()
     stored = {(r, a, s): int(q) for r, a, s, q in rows}
