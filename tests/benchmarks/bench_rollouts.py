@@ -465,6 +465,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if not results["verified"]["ok"]:
         print("VERIFICATION FAILED:", json.dumps(results["verified"], default=str)[:3000], file=sys.stderr)
         sys.exit(1)
+    if args.soak and not results["soak"]["verdict"]["ok"]:
+        sys.exit(2)  # every rollout verified, but something grows with the work
     return results
 
 
