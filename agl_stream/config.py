@@ -7,6 +7,7 @@ the environment. Bad values raise :class:`SettingsError` naming the variable and
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, get_args, get_origin
 
@@ -48,6 +49,13 @@ class Settings(BaseModel):
     # Storage.
     data_dir: Path = Field(default_factory=lambda: Path.cwd() / ".agl")
     clickhouse_dsn: Optional[str] = Field(default=None, description="chdb:///abs/path or http(s)://user:pass@host:8123/db")
+    # The embedded engine (chdb) only: a server configures itself. See agl_stream_processors.clickhouse.engine.
+    clickhouse_max_memory_mb: int = Field(
+        default=512, ge=0, description="embedded engine: max_server_memory_usage in MiB; 0 = ClickHouse's (90% of RAM)"
+    )
+    clickhouse_engine_settings: Optional[str] = Field(
+        default=None, description="embedded engine: settings it starts with, name=value[,name=value]; they win"
+    )
 
     # Process roles (upstream's AGL_CURRENT_ROLE) and logging.
     current_role: Role = "both"
@@ -70,6 +78,13 @@ class Settings(BaseModel):
     def _check_dsn(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not value.startswith(("chdb://", "http://", "https://")):
             raise ValueError(f"{value!r} must start with chdb://, http:// or https://")
+        return value
+
+    @field_validator("clickhouse_engine_settings")
+    @classmethod
+    def _check_engine_settings(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            parse_engine_settings(value)
         return value
 
     @model_validator(mode="after")
@@ -119,6 +134,21 @@ class Settings(BaseModel):
         """Consumer group of a role, namespaced like the topics, e.g. ``runners`` -> ``agl-runners``: two
         deployments with different prefixes on one cluster never share (and rebalance) a group."""
         return f"{self.topic_prefix}-{role}"
+
+
+_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def parse_engine_settings(text: str) -> dict[str, str]:
+    """``name=value[,name=value]`` (``AGL_CLICKHOUSE_ENGINE_SETTINGS``) as a dict; ``ValueError`` says what is wrong."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not _SETTING_NAME.match(name) or not value:
+            raise ValueError(f"{item!r} is not name=value (a ClickHouse setting name and its value)")
+        out[name] = value
+    return out
 
 
 def _coerce(var: str, raw: str, annotation: Any) -> Any:

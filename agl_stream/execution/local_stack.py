@@ -78,6 +78,10 @@ class LocalStack:
         }
         if s.kafka_compression:
             env["AGL_KAFKA_COMPRESSION"] = s.kafka_compression
+        # the embedded engine's memory bounds (settings built in code reach the sinks process too)
+        env["AGL_CLICKHOUSE_MAX_MEMORY_MB"] = str(s.clickhouse_max_memory_mb)
+        if s.clickhouse_engine_settings:
+            env["AGL_CLICKHOUSE_ENGINE_SETTINGS"] = s.clickhouse_engine_settings
         return env
 
     async def start(self) -> Settings:

@@ -26,6 +26,7 @@ from agl_stream.config import Settings
 from agl_stream.kafka import RecordProducer
 from agl_stream_processors.clickhouse.client import ClickHouse, connect
 from agl_stream_processors.clickhouse.door_file import DoorOptions
+from agl_stream_processors.clickhouse.engine import engine_settings
 from agl_stream_processors.clickhouse.migrations import migrate, require_current
 from agl_stream_processors.sinks.sink import Sink, SinkOptions, SinkStats
 from agl_stream_processors.sinks.specs import resolve
@@ -78,7 +79,9 @@ class SinkService:
         on_health: Optional[HealthCallback] = None,
         health_interval: float = 10.0,
     ) -> dict[str, SinkStats]:
-        ch = self._ch or await asyncio.to_thread(connect, self.settings.effective_clickhouse_dsn)
+        ch = self._ch or await asyncio.to_thread(
+            connect, self.settings.effective_clickhouse_dsn, engine_settings=engine_settings(self.settings)
+        )  # the embedded engine starts with this service's memory limits (engine.py); a server ignores them
         try:
             migrate_now = ch.target.embedded if self.apply_migrations is None else self.apply_migrations
             if migrate_now:
