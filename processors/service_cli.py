@@ -48,6 +48,7 @@ def processors(
 ) -> None:
     from agl_stream.adapter import build_adapter
     from agl_stream_processors.clickhouse.door_file import DoorOptions
+    from agl_stream_processors.gc_tuning import tune_gc
     from agl_stream_processors.service import REGISTRY, ProcessorService, resolve
 
     if list_apps:
@@ -92,6 +93,7 @@ def processors(
             settings, selected, options=options, health_interval=health_interval, health_file=health_file,
             shutdown_timeout=shutdown_timeout,
         )  # fmt: skip
+        tune_gc()  # this process runs the apps (the supervisor's children come here too)
         if health_port is None:
             return await service.run(stop)
         from agl_stream_processors.health_http import HealthServer

@@ -14,8 +14,13 @@ Nested = Union[dict[str, Any], list[Any]]
 
 def with_prefix(attributes: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """The attributes under ``prefix.`` with the prefix removed (a key equal to ``prefix`` is ignored)."""
-    cut = len(prefix) + 1
-    return {key[cut:]: value for key, value in attributes.items() if key.startswith(f"{prefix}.")}
+    dotted = f"{prefix}."  # once, not per key: adapters call this for every prefix of every span
+    cut = len(dotted)
+    found: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if key.startswith(dotted):
+            found[key[cut:]] = value
+    return found
 
 
 def unflatten(flat: Mapping[str, Any]) -> Nested:

@@ -44,13 +44,21 @@ def _number(value: Any) -> Optional[float]:
     return None
 
 
+def _has_key_starting(attributes: Mapping[str, Any], prefix: str) -> bool:
+    """A plain loop, cheaper than ``any()`` over a generator: every span is asked several times per attempt."""
+    for key in attributes:
+        if key.startswith(prefix):
+            return True
+    return False
+
+
 def reward_dimensions(attributes: Mapping[str, Any]) -> list[tuple[str, float]]:
     """``(name, value)`` of every ``agentlightning.reward.{i}`` entry, primary first; [] if none.
 
     Entries must be numbered 0..n-1 and each have a name and a numeric value (upstream refuses
     anything else with a validation error; here such a span simply carries no v0.3 reward).
     """
-    if not any(key.startswith(_PREFIX) for key in attributes):
+    if not _has_key_starting(attributes, _PREFIX):
         return []
     entries = unflatten_prefix(attributes, _PREFIX)
     if not isinstance(entries, list):
@@ -120,8 +128,10 @@ def store_order_key(span: Any) -> tuple[float, float, int, str]:
 def store_order(spans: Iterable[S]) -> list[S]:
     """Spans in upstream's store order when they carry times; otherwise in the order given."""
     items = list(spans)
-    timed = all(store_order_key(s)[0] != -math.inf for s in items)
-    return sorted(items, key=store_order_key) if timed else items
+    keys = [store_order_key(s) for s in items]  # once per span: the check and the sort share them
+    if any(key[0] == -math.inf for key in keys):
+        return items
+    return [items[i] for i in sorted(range(len(items)), key=keys.__getitem__)]  # stable, as sorted(items, key=...)
 
 
 def find_reward_spans(spans: Iterable[S]) -> list[S]:
@@ -131,13 +141,19 @@ def find_reward_spans(spans: Iterable[S]) -> list[S]:
 
 def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
     """The primary reward of the last reward span in store order (upstream's final reward)."""
-    found = find_reward_spans(spans)
-    return reward_of(found[-1]) if found else None
+    return final_reward(spans)[0]
 
 
 def find_final_reward_dimensions(spans: Iterable[Any]) -> dict[str, float]:
     """Every named dimension of the final reward (``{}`` for a plain number or no reward): task success
     (``correct``) and the parts of a shaped reward travel beside the primary value."""
+    return final_reward(spans)[1]
+
+
+def final_reward(spans: Iterable[Any]) -> tuple[Optional[float], dict[str, float]]:
+    """:func:`find_final_reward` and :func:`find_final_reward_dimensions` from one pass over the spans."""
     found = find_reward_spans(spans)
-    return dict(reward_dimensions(getattr(found[-1], "attributes", None) or {})) if found else {}
+    if not found:
+        return None, {}
+    return reward_of(found[-1]), dict(reward_dimensions(getattr(found[-1], "attributes", None) or {}))
 

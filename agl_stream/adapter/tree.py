@@ -98,6 +98,7 @@ class TraceTree:
         if len(self.children) == 1:
             self.children[0].repair_hierarchy()
             return
+        walk: Optional[list[TraceTree]] = None  # the tree in pre-order; it changes only when a node moves
         for node in list(self.children):
             if len(self.children) == 1:
                 break
@@ -107,7 +108,9 @@ class TraceTree:
             own = {id(n) for n in node.traverse()}  # never under itself or its own descendants
             best: Optional[TraceTree] = None
             best_slack = float("inf")
-            for candidate in self.traverse():
+            if walk is None:
+                walk = list(self.traverse())
+            for candidate in walk:
                 if candidate is self or id(candidate) in own:
                     continue
                 c_start, c_end = candidate.span.start_time, candidate.span.end_time
@@ -119,6 +122,7 @@ class TraceTree:
             if best is not None:
                 self.children.remove(node)
                 best.children.append(node)
+                walk = None
 
     # ------------------------------------------------------------------ inspection
 

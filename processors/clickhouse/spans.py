@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-import orjson
 import pyarrow as pa
 
 from agl_stream.client.span_rows import KIND_TO_OTEL, STATUS_TO_OTEL, decode_attributes, decode_trace_state, span_from_row
@@ -60,21 +59,32 @@ SPAN_SCHEMA = pa.schema(
 
 SERVICE_NAME = "service.name"
 TRACER_NAME = "agentlightning.tracer.name"
+_STR_ONLY = frozenset({str})
+
+
+def encode_map(attributes: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """(the map's entries, keys whose values are JSON) for an attribute dict.
+
+    A dict of plain strings (most of them) is its own map: the type check runs in C."""
+    if set(map(type, attributes.values())) <= _STR_ONLY:
+        return attributes, []
+    encoded: dict[str, str] = {}
+    json_keys: list[str] = []
+    for key, value in attributes.items():
+        if type(value) is str:
+            encoded[key] = value
+        elif isinstance(value, str):  # a str subclass (an enum value): keep the plain text
+            encoded[key] = str(value)
+        else:
+            encoded[key] = to_json(value)
+            json_keys.append(key)
+    return encoded, json_keys
 
 
 def encode_attributes(attributes: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
     """(map entries, keys whose values are JSON) for an attribute dict."""
-    entries: list[tuple[str, str]] = []
-    json_keys: list[str] = []
-    for key, value in attributes.items():
-        if type(value) is str:
-            entries.append((key, value))
-        elif isinstance(value, str):  # a str subclass (an enum value): keep the plain text
-            entries.append((key, str(value)))
-        else:
-            entries.append((key, to_json(value)))
-            json_keys.append(key)
-    return entries, json_keys
+    encoded, json_keys = encode_map(attributes if isinstance(attributes, dict) else dict(attributes))
+    return list(encoded.items()), json_keys
 
 
 def encode_trace_state(state: Mapping[str, str]) -> str:
@@ -151,77 +161,6 @@ def span_to_row(span: Span, record_timestamp_ms: Optional[int] = None) -> dict[s
     }
 
 
-# ---------------------------------------------------------------- the span sink's fast path
-
-_SPAN_PREFIX = b'{"schema":"span","v":1,"data":'  # what agl_stream.serialization.encode writes
-_STATUS_CODES = frozenset(STATUS_TO_OTEL)
-
-
-class _Fields:
-    """Attribute access to a span document, for :func:`span_to_row` (which reads nothing else)."""
-
-    def __init__(self, **fields: Any) -> None:
-        self.__dict__.update(fields)
-
-
-def _number(value: Any) -> bool:
-    return value is None or (type(value) in (int, float))
-
-
-def _context(value: Any) -> bool:
-    """A SpanContext document (or None) as the model would accept it."""
-    if value is None:
-        return True
-    if type(value) is not dict or type(value.get("trace_id")) is not str or type(value.get("span_id")) is not str:
-        return False
-    state = value.get("trace_state", {})
-    return type(value.get("is_remote", False)) is bool and type(state) is dict and all(type(v) is str for v in state.values())
-
-
-def span_rows_from_record(raw: Optional[bytes], record_timestamp_ms: Optional[int] = None) -> Optional[list[dict[str, Any]]]:
-    """The ``spans`` row of a span record, built from its JSON without the pydantic model.
-
-    Only for the plain shape agl-stream's own encoder writes (no events or links, every field of the
-    type the model declares): then the row is exactly :func:`span_to_row` of the decoded
-    :class:`Span`. Anything else returns ``None`` and is decoded, validated (and dead-lettered with
-    the model's reason) the usual way. Spans are most of the traffic; this skips most of their cost.
-    """
-    if raw is None or not raw.startswith(_SPAN_PREFIX) or not raw.endswith(b"}"):
-        return None
-    try:
-        doc = orjson.loads(raw[len(_SPAN_PREFIX) : -1])
-    except orjson.JSONDecodeError:
-        return None
-    if type(doc) is not dict:
-        return None
-    get = doc.get
-    status, resource, context = get("status"), get("resource"), get("context")
-    seq = get("sequence_id")
-    if not (
-        all(type(get(k)) is str for k in ("rollout_id", "attempt_id", "trace_id", "span_id", "name", "kind"))
-        and type(seq) is int and seq >= 0
-        and (get("parent_id") is None or type(get("parent_id")) is str)
-        and _number(get("start_time")) and _number(get("end_time"))
-        and type(get("attributes")) is dict
-        and type(status) is dict and status.get("status_code") in _STATUS_CODES
-        and (status.get("description") is None or type(status.get("description")) is str)
-        and type(resource) is dict and type(resource.get("attributes")) is dict and type(resource.get("schema_url")) is str
-        and get("events") == [] and get("links") == [] and _context(context) and _context(get("parent"))
-    ):  # fmt: skip
-        return None
-    start, end = get("start_time"), get("end_time")
-    span = _Fields(
-        rollout_id=doc["rollout_id"], attempt_id=doc["attempt_id"], sequence_id=seq, trace_id=doc["trace_id"],
-        span_id=doc["span_id"], parent_id=get("parent_id"), name=doc["name"], kind=doc["kind"],
-        start_time=float(start) if start is not None else None, end_time=float(end) if end is not None else None,
-        attributes=doc["attributes"], events=(), links=(),
-        context=_Fields(trace_state=context.get("trace_state", {})) if context is not None else None,
-        status=_Fields(status_code=status["status_code"], description=status.get("description")),
-        resource=_Fields(attributes=resource["attributes"], schema_url=resource["schema_url"]),
-    )  # fmt: skip
-    return [span_to_row(span, record_timestamp_ms)]  # type: ignore[arg-type]
-
-
 SPAN_COLUMNS = ", ".join(f"`{name}`" for name in SPAN_SCHEMA.names)
 
 
@@ -250,9 +189,9 @@ __all__ = [
     "decode_attributes",
     "decode_trace_state",
     "encode_attributes",
+    "encode_map",
     "encode_trace_state",
     "span_from_row",
-    "span_rows_from_record",
     "span_to_row",
     "spans_from_arrow",
 ]

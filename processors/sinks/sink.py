@@ -37,6 +37,8 @@ from agl_stream_processors.sinks.specs import DEAD_LETTER_SPEC, SinkSpec
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Rejected = tuple[str, str, ConsumerRecord]  # (reason, error type, record): a dead letter to write
+Kept = tuple[ConsumerRecord, Optional[list[dict[str, object]]]]  # a converted record; rows None: from its bytes
 
 
 class SinkStopped(Exception):
@@ -56,7 +58,7 @@ class SinkOptions:
 class SinkStats:
     records: int = 0
     rows: int = 0
-    fast_records: int = 0  # records turned into rows without the model (see Sink._rows)
+    fast_records: int = 0  # records turned into rows straight from their bytes (see Sink._rows)
     dead_letters: int = 0
     batches: int = 0
     retries: int = 0
@@ -174,44 +176,57 @@ class Sink:
 
     # ---------------------------------------------------------------- writing
 
-    def _rows(self, batch: _Batch) -> tuple[pa.Table, list[tuple[str, str, ConsumerRecord]]]:
+    def _rows(self, batch: _Batch) -> tuple[pa.Table, list[Rejected]]:
         """Rows of the decodable records; records that cannot be decoded or converted are the rejects.
 
-        A spec's ``fast_rows`` builds the rows of a record our own encoder wrote straight from its JSON;
-        anything it does not vouch for (``None``) is decoded and validated by the model, as every
-        record of the other sinks is."""
-        bad: list[tuple[str, str, ConsumerRecord]] = []
-        columns = ColumnBatch(self.spec.schema)
-        per_record: list[tuple[list[dict[str, object]], ConsumerRecord]] = []
-        fast = self.spec.fast_rows
+        The spec's builder takes the rows of a record our own encoder wrote straight from its bytes
+        where it can (``add_record``); anything it does not vouch for is decoded and validated by the
+        model, as every record of the other sinks is."""
+        bad: list[Rejected] = []
+        builder = self.spec.new_builder()
+        kept: list[Kept] = []
         for record in batch.records:
             try:
-                rows = fast(record.value, record.timestamp) if fast is not None else None
-                if rows is not None:
+                if builder.add_record(record.value, record.timestamp):
                     self.stats.fast_records += 1
-                else:
-                    rows = self.spec.to_rows(decode(record.value, self.spec.model), record.timestamp)
-                per_record.append((rows, record))
+                    kept.append((record, None))
+                    continue
+                rows = self.spec.to_rows(decode(record.value, self.spec.model), record.timestamp)
             except RecordError as err:
                 bad.append((err.reason, type(err).__name__, record))
+                continue
             except (RowError, ValueError, TypeError) as exc:
-                bad.append((f"cannot convert to {self.spec.table} rows: {exc}", type(exc).__name__, record))
-        for rows, _record in per_record:
-            columns.rows.extend(rows)
+                bad.append((self._unconvertible(exc), type(exc).__name__, record))
+                continue
+            builder.add_rows(rows)
+            kept.append((record, rows))
         try:
-            return columns.to_arrow(), bad
+            return builder.to_arrow(), bad
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
             pass  # isolate the offending records below
-        columns = ColumnBatch(self.spec.schema)
-        for rows, record in per_record:
+        return self._isolate(kept, bad), bad
+
+    def _isolate(self, kept: list[Kept], bad: list[Rejected]) -> pa.Table:
+        """The batch without the records whose values arrow refused (rare: checked row by row, via the model)."""
+        builder = self.spec.new_builder()
+        check = ColumnBatch(self.spec.schema)
+        for record, rows in kept:
             try:
+                if rows is None:  # the model's rows are the fast path's (a test holds that)
+                    rows = self.spec.to_rows(decode(record.value, self.spec.model), record.timestamp)
                 for row in rows:
-                    columns.check_row(row)
-            except RowError as exc:
-                bad.append((f"cannot convert to {self.spec.table} rows: {exc}", "RowError", record))
+                    check.check_row(row)
+            except RecordError as err:
+                bad.append((err.reason, type(err).__name__, record))
                 continue
-            columns.rows.extend(rows)
-        return columns.to_arrow(), bad
+            except (RowError, ValueError, TypeError) as exc:
+                bad.append((self._unconvertible(exc), type(exc).__name__, record))
+                continue
+            builder.add_rows(rows)
+        return builder.to_arrow()
+
+    def _unconvertible(self, exc: Exception) -> str:
+        return f"cannot convert to {self.spec.table} rows: {exc}"
 
     def _dead_letter(self, reason: str, error_type: str, record: ConsumerRecord) -> DeadLetter:
         return DeadLetter(

@@ -20,7 +20,9 @@ from agl_stream.types import (
 )
 from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream_processors.clickhouse import rows
-from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_rows_from_record, span_to_row
+from agl_stream_processors.clickhouse.columns import ColumnBatch, TableBuilder
+from agl_stream_processors.clickhouse.span_columns import SpanColumns
+from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
 
 RowsOf = Callable[[Any, Optional[int]], list[dict[str, Any]]]
 
@@ -40,12 +42,15 @@ class SinkSpec:
     fetch_max_wait_ms: int = 500
     #: the consumer's fetch_min_bytes: bulk sinks let the broker gather more per fetch (fewer requests)
     fetch_min_bytes: int = 1
-    #: rows straight from a record's bytes, or None to decode it with ``model`` first (see Sink._rows)
-    fast_rows: Optional[Callable[[Optional[bytes], Optional[int]], Optional[list[dict[str, Any]]]]] = None
+    #: a batch's table builder; None: a :class:`ColumnBatch` of ``to_rows`` dicts (see Sink._rows)
+    builder: Optional[Callable[[], TableBuilder]] = None
 
     @property
     def group_id(self) -> str:
         return f"agl-sink-{self.name}"
+
+    def new_builder(self) -> TableBuilder:
+        return self.builder() if self.builder is not None else ColumnBatch(self.schema)
 
 
 def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str, Any]]:
@@ -55,7 +60,7 @@ def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str,
 SINKS: dict[str, SinkSpec] = {
     spec.name: spec
     for spec in (
-        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, fast_rows=span_rows_from_record,
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, builder=SpanColumns,
                  fetch_min_bytes=256 * 1024),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
         SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,

@@ -59,6 +59,7 @@ from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from agl_stream_processors.dlq import DeadLetterWriter
 from agl_stream_processors.state_machine import rules
 from agl_stream_processors.state_machine.catchup import read_to_end
+from agl_stream_processors.state_machine.decoded import DecodedStates
 from agl_stream_processors.state_machine.liveness import SpanLivenessReader
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
@@ -120,6 +121,7 @@ class RolloutStateMachine:
         self._running: dict[str, str] = {}  # rollout id -> attempt id of a running attempt (span fast path)
         self._last_seen: dict[str, float] = {}
         self._expiry: list[tuple[float, str]] = []
+        self._decoded = DecodedStates()  # states of the table's values this process wrote (saves decoding)
         self._recovered_at = 0.0
         self._app: Any = None
         self._spans: Optional[SpanLivenessReader] = None
@@ -219,8 +221,8 @@ class RolloutStateMachine:
     # ------------------------------------------------------------------ state access
 
     def _load(self, rollout_id: str) -> Optional[RolloutState]:
-        raw = self._table.get(rollout_id.encode())
-        return RolloutState.model_validate_json(raw) if raw else None
+        key = rollout_id.encode()
+        return self._decoded.load(key, self._table.get(key))
 
     def _index(self, state: RolloutState, now: float) -> None:
         rid = state.rollout_id
@@ -268,7 +270,9 @@ class RolloutStateMachine:
                 await self._rollouts.send(key=key, value=encode(closed))
             await self._rollouts.send(key=key, value=encode(state.snapshot()))
             self.counts["snapshots"] += 1
-        self._table[key] = state.model_dump_json().encode()
+        raw = state.model_dump_json().encode()
+        self._table[key] = raw
+        self._decoded.remember(key, raw, state)
         self._index(state, state.updated_at)
 
     @staticmethod
@@ -387,11 +391,13 @@ class RolloutStateMachine:
             self._running.clear()
             self._last_seen.clear()
             self._expiry.clear()
+            self._decoded.clear()
             republished = 0
             for key, raw in list(self._table.items()):
                 if not raw:
                     continue
                 state = RolloutState.model_validate_json(raw)
+                self._decoded.remember(key, raw, state)
                 self._index(state, now)
                 if rules.watched(state):
                     self._last_seen[state.rollout_id] = now  # a fresh unresponsive window after a restart
@@ -487,5 +493,6 @@ class RolloutStateMachine:
                     heapq.heappush(self._expiry, (now + self.options.retention_seconds, rid))
                     continue
                 del self._table[rid.encode()]
+                self._decoded.forget(rid.encode())
                 self._forget(rid)
                 self.counts["expired"] += 1

@@ -47,8 +47,8 @@ from typing import Any, Optional, Sequence, Union
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter, find_final_reward
-from agl_stream.adapter.rewards import find_final_reward_dimensions
+from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter
+from agl_stream.adapter.rewards import final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
 from agl_stream.kafka import (
@@ -381,7 +381,7 @@ class TripletProcessor:
             extra.update(incomplete=True, expected_spans=expected, received_spans=len(spans))
         if finished.error:
             extra["error"] = finished.error
-        dimensions = find_final_reward_dimensions(spans)
+        reward, dimensions = final_reward(spans)
         if len(dimensions) > 1:  # task success and a shaped reward's parts, for the accuracy queries
             extra["reward_dimensions"] = dimensions
         group_id = meta.get("group_id")
@@ -393,7 +393,7 @@ class TripletProcessor:
             mode=finished.mode or (item.started.mode if item.started else None),
             resources_id=finished.resources_id or (item.started.resources_id if item.started else None),
             status=finished.status or "unknown",
-            final_reward=find_final_reward(spans),
+            final_reward=reward,
             triplets=triplets,
             adapter=repr(self.adapter),
             span_count=len(spans),

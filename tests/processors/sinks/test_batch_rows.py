@@ -55,3 +55,22 @@ def test_valid_lists_pass_through() -> None:
     assert uint32_list(None, "ids") == [] and float_list(None, "lp") == []
     with pytest.raises(RowError):
         float_list({"a": 1}, "lp")
+
+
+def test_a_span_taken_from_its_bytes_that_arrow_refuses_is_isolated_with_the_model_paths_reason() -> None:
+    from agl_stream.types import Span
+
+    def span(i: int, start: float) -> bytes:
+        return encode(Span(rollout_id="ro-000000000001", attempt_id="at-00000001", sequence_id=i, trace_id="a" * 32,
+                           span_id=f"{i:016x}", name="x", attributes={"k": "v", "n": i}, start_time=start))  # fmt: skip
+
+    settings = Settings.from_env(env={}, kafka_bootstrap="127.0.0.1:9")
+    sink = Sink(SINKS["spans"], settings, ch=None, dlq=None)  # type: ignore[arg-type]
+    batch = _Batch(records=[_record(0, span(1, 1.0)), _record(1, span(2, 1e12)), _record(2, span(3, 3.0)), _record(3)])
+    table, bad = sink._rows(batch)  # 1e12 s is past what nanoseconds in Int64 hold
+    assert table.column("SequenceId").to_pylist() == [1, 3]
+    assert table.column("SpanAttributes").to_pylist() == [[("k", "v"), ("n", "1")], [("k", "v"), ("n", "3")]]
+    reasons = {record.offset: (reason, kind) for reason, kind, record in bad}
+    assert set(reasons) == {1, 3}
+    assert reasons[1][0].startswith("cannot convert to spans rows: column Timestamp") and reasons[1][1] == "RowError"
+    assert sink.stats.fast_records == 3
