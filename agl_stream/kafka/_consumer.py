@@ -252,6 +252,6 @@ async def _stop_consumer(consumer: Any) -> None:
         fetcher = getattr(consumer, "_fetcher", None)
         for pending in list(getattr(fetcher, "_pending_tasks", ())):
             pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is logged by aiokafka's fetcher
                 await pending
         await consumer._client.close()

@@ -354,8 +354,7 @@ def latency_rows(ch: Any, rollout_ids: list[str]) -> tuple[list[tuple[Any, ...]]
 async def record_timeline(procs: ProcessSampler, succeeded: dict[str, float], t0: float, interval: float,
                           out: list[Sample]) -> None:  # fmt: skip
     """Every ``interval`` s: each process's CPU and RSS with the rollouts seen succeeded so far (soak mode)."""
-    while True:
-        procs.sample()
+    while True:  # the sampler's own thread reads /proc every 0.25 s: its latest readings are fresh enough
         out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot()))
         await asyncio.sleep(interval)
 
@@ -365,9 +364,8 @@ def soak_results(samples: list[Sample], args: argparse.Namespace) -> dict[str, A
     points = checkpoints(samples, args.soak_every)
     verdict = judge(points)
     if args.plot:
-        p = args
-        plot(points, samples, args.plot, f"soak: {p.rollouts:,} rollouts, batches of {p.batch}, {p.runners} runners x "
-             f"{p.concurrency}, {p.partitions} partitions, {os.cpu_count()} cores")  # fmt: skip
+        plot(points, samples, args.plot, f"soak: {args.rollouts:,} rollouts, batches of {args.batch}, {args.runners} runners x "
+             f"{args.concurrency}, {args.partitions} partitions, {os.cpu_count()} cores")  # fmt: skip
     return {
         "every": args.soak_every,
         "checkpoints": [{"rollouts": c.sample.done, "t": round(c.sample.t, 1), "server_cpu_ms_per_rollout": round(c.server_cpu_ms, 3),
