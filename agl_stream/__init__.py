@@ -62,6 +62,11 @@ _add("agl_stream.adapter.upstream", "OtelTraceAdapter", "TraceToTripletBase")
 _add("agl_stream.client", "EnqueueRolloutRequest", "StoreClient")
 _add("agl_stream.algorithm", "Algorithm", "Baseline", "FastAlgorithm", "algo")
 _add("agl_stream.trainer", "Trainer")
+# AIR (automatic intermediate rewards): an agl-stream addition beside upstream's names (``agl.air.tool`` ...)
+_add("agl_stream.air", "auto_instrument")
+# training as a service (the S3 surface; its Resource and Task stay in agl_stream.training_service, since
+# upstream's agl.Resource means something else)
+_add("agl_stream.training_service", "Client", "EvalResult", "TrainingResult", "TrainingServiceError")
 # learning algorithms of the trainer service (torch / an LLM client): loaded on first use
 _SERVICE_NAMES = {
     "APO": ("agl_stream_trainer.algorithms.apo", "trainer"),
@@ -72,8 +77,8 @@ _SERVICE_NAMES = {
 #: submodules reachable as attributes (``agl.semconv``), including upstream's module names
 _SUBMODULES: dict[str, str] = {
     name: f"agl_stream.{name}"
-    for name in ("adapter", "algorithm", "client", "config", "emitter", "env_var", "execution", "instrumentation",
-                 "litagent", "logging", "reward", "runner", "semconv", "tracer", "trainer", "types",
+    for name in ("adapter", "air", "algorithm", "client", "config", "emitter", "env_var", "execution", "instrumentation",
+                 "litagent", "logging", "reward", "runner", "semconv", "tracer", "trainer", "training_service", "types",
                  "utils")  # fmt: skip
 }
 _SUBMODULES.update(core="agl_stream.types.core", resources="agl_stream.types.resources")

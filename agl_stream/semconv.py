@@ -82,3 +82,9 @@ RESPONSE_TOKEN_IDS = "response_token_ids"
 RESPONSE_LOGPROBS = "response_logprobs"
 POLICY_VERSION = "agl.policy_version"
 LLM_CALL_SPAN_NAME = "openai.chat.completion"
+
+# agl-stream additions (not upstream's): intermediate rewards, e.g. AIR's (``agl_stream.air``). A reward span
+# marked intermediate is matched to the LLM call that ended last before ``anchor_time`` (the tool call that
+# earned it started then), never takes the place of an ordinary reward, and is never the final reward.
+REWARD_INTERMEDIATE = "agl.reward.intermediate"
+REWARD_ANCHOR_TIME = "agl.reward.anchor_time"

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from agl_stream.types import (
     AttemptedRollout,
     AttemptEvent,
+    DatasetLine,
     DeadLetter,
     ResourcesUpdate,
     RolloutControl,
@@ -46,6 +47,7 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Worker: "worker",
     DeadLetter: "dead_letter",
     TrainingStep: "training_step",
+    DatasetLine: "dataset_line",
 }
 MODELS_BY_SCHEMA: dict[str, type[BaseModel]] = {name: model for model, name in SCHEMAS.items()}
 

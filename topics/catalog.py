@@ -16,6 +16,7 @@ from agl_stream.config import Settings
 from agl_stream.types import (
     AttemptedRollout,
     AttemptEvent,
+    DatasetLine,
     DeadLetter,
     ResourcesUpdate,
     RolloutSnapshot,
@@ -72,6 +73,9 @@ CATALOG: tuple[TopicSpec, ...] = (
               "rejected records with the reason and the original bytes", co_partitioned=False, fixed_partitions=1),
     TopicSpec("training_steps", "run_id", TrainingStep, "delete", 30 * DAY_MS,
               "learner metrics, one record per optimizer step; the sinks write the training_steps table",
+              co_partitioned=False, fixed_partitions=1),
+    TopicSpec("datasets", "data_id", DatasetLine, "delete", 30 * DAY_MS,
+              "datasets uploaded to the training server, one record per line; the sinks keep the datasets table",
               co_partitioned=False, fixed_partitions=1),
 )  # fmt: skip
 

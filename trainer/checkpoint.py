@@ -132,7 +132,7 @@ class CheckpointManager:
         doc = json.loads((path / STATE_FILE).read_text())
         weights = load_file(str(path / MODEL_FILE))
         missing, unexpected = policy.model.load_state_dict(weights, strict=False)
-        missing = [k for k in missing if k not in _tied_names(policy.model)]
+        missing = [k for k in missing if k not in tied_names(policy.model)]
         if missing or unexpected:
             raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         optim_state = _unflatten_optimizer(load_file(str(path / OPTIM_FILE)), doc["optimizer"])
@@ -153,7 +153,7 @@ class CheckpointManager:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def _tied_names(model: Any) -> set[str]:
+def tied_names(model: Any) -> set[str]:
     tied = getattr(model, "_tied_weights_keys", None) or []
     if isinstance(tied, dict):
         return set(tied)

@@ -42,9 +42,11 @@ class RL(Algorithm):
         eval_samples: int = 1,
         success_key: str = DEFAULT_SUCCESS_KEY,
         success_threshold: float = 1.0,
+        step_sinks: Sequence[Any] = (),
     ) -> None:
         """``initial_resources`` given to the Trainer are published with every policy version (the
-        policy itself is the ``main_llm`` resource, which wins over one of that name)."""
+        policy itself is the ``main_llm`` resource, which wins over one of that name). ``step_sinks``
+        receive every learner step's metrics too (``write(StepMetrics)``, ``close()``)."""
         self.config = config if isinstance(config, TrainerConfig) else TrainerConfig.model_validate(dict(config or {}))
         self.evaluate = evaluate
         self.validate_before = validate_before
@@ -55,6 +57,7 @@ class RL(Algorithm):
         self.eval_samples = eval_samples  # answers per held-out item: accuracy over them, and pass@k
         self.success_key = success_key  # the reward dimension that says the task was solved
         self.success_threshold = success_threshold
+        self.step_sinks = list(step_sinks)
         self.report: dict[str, Any] = {}
 
     async def run(self, train_dataset: Optional[Sequence[Any]] = None, val_dataset: Optional[Sequence[Any]] = None) -> dict[str, Any]:
@@ -94,7 +97,7 @@ class RL(Algorithm):
                     logger.info("validation reward %s", reward.describe())
 
         service = TrainerService(self.settings, config, before_loop=evaluate_before, after_loop=evaluate_after,
-                                 extra_sinks=[JsonlSink(metrics_path)],
+                                 extra_sinks=[JsonlSink(metrics_path), *self.step_sinks],
                                  extra_resources=dict(self.initial_resources or {}))  # fmt: skip
         try:
             await service.run()

@@ -38,6 +38,33 @@ from agl_stream_trainer.publisher import WeightPublisher
 logger = logging.getLogger(__name__)
 
 
+async def start_engine(settings: Settings, cfg: Any, model_dir: Path, model_name: str, closers: list[Any]) -> Any:
+    """The inference engine ``cfg`` (an ``EngineConfig``) names, serving ``model_dir``; what must be
+    closed at the end is appended to ``closers`` (sync or async callables). None for ``kind: none``."""
+    if cfg.kind == "embedded":
+        from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
+        from agl_stream_trainer.engines.generation import Generator
+        from agl_stream_trainer.models import load_model_and_tokenizer
+
+        if cfg.attach_url:
+            return EmbeddedEngine(cfg.attach_url, model_name, publish_dir=settings.data_dir / "published")
+        served, tokenizer, _ = await asyncio.to_thread(load_model_and_tokenizer, str(model_dir))
+        generator = Generator(served, tokenizer, max_batch_rows=cfg.max_batch_rows)
+        server = EmbeddedServer(generator, model_name, cfg.host, cfg.port).start()
+        closers += [server.stop, generator.close]
+        logger.info("embedded inference server at %s/v1", server.base_url)
+        return EmbeddedEngine(server.base_url, model_name, generator=generator)
+    if cfg.kind == "vllm":
+        from agl_stream_trainer.engines.vllm import VLLMEngine
+
+        if cfg.attach_url:
+            return VLLMEngine(cfg.attach_url, model_name, model_dir)
+        engine = await VLLMEngine.launch(model_dir, model_name, host=cfg.host, port=cfg.port or 8000, extra_args=cfg.vllm_args)
+        closers.append(engine.close)
+        return engine
+    return None
+
+
 class TrainerService:
     def __init__(
         self,
@@ -63,29 +90,7 @@ class TrainerService:
         self._closers: list[Any] = []
 
     async def _engine(self, model_dir: Path, model_name: str) -> Any:
-        cfg = self.config.engine
-        if cfg.kind == "embedded":
-            from agl_stream_trainer.engines.embedded import EmbeddedEngine, EmbeddedServer
-            from agl_stream_trainer.engines.generation import Generator
-            from agl_stream_trainer.models import load_model_and_tokenizer
-
-            if cfg.attach_url:
-                return EmbeddedEngine(cfg.attach_url, model_name, publish_dir=self.settings.data_dir / "published")
-            served, tokenizer, _ = await asyncio.to_thread(load_model_and_tokenizer, str(model_dir))
-            generator = Generator(served, tokenizer, max_batch_rows=cfg.max_batch_rows)
-            server = EmbeddedServer(generator, model_name, cfg.host, cfg.port).start()
-            self._closers += [server.stop, generator.close]
-            logger.info("embedded inference server at %s/v1", server.base_url)
-            return EmbeddedEngine(server.base_url, model_name, generator=generator)
-        if cfg.kind == "vllm":
-            from agl_stream_trainer.engines.vllm import VLLMEngine
-
-            if cfg.attach_url:
-                return VLLMEngine(cfg.attach_url, model_name, model_dir)
-            engine = await VLLMEngine.launch(model_dir, model_name, host=cfg.host, port=cfg.port or 8000, extra_args=cfg.vllm_args)
-            self._closers.append(engine.close)
-            return engine
-        return None
+        return await start_engine(self.settings, self.config.engine, model_dir, model_name, self._closers)
 
     async def run(self) -> None:
         from agl_stream.kafka import RecordProducer

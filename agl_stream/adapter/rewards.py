@@ -8,6 +8,10 @@ A span is a reward span when, in this order of precedence, it carries
    a payload whose value is null makes the span a non-reward;
 3. a ``reward`` attribute on an ``agentlightning.annotation`` span (the v0.2 format).
 
+Intermediate rewards (agl-stream's addition, e.g. AIR's): a reward span marked
+``agl.reward.intermediate`` is a reward span like any other, but never the final reward (see
+:func:`is_intermediate_reward`).
+
 Ordering: upstream's readers take spans in its store's order, which is the order spans reached the
 store, i.e. the order they ended. Spans reach agl-stream in any order, so :func:`store_order` sorts
 them by end time instead of trusting arrival. Free of tracer imports, so adapters run offline.
@@ -20,7 +24,13 @@ import math
 from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from agl_stream.adapter.attributes import unflatten_prefix
-from agl_stream.semconv import AGL_ANNOTATION, LightningSpanAttributes, RewardAttributes
+from agl_stream.semconv import (
+    AGL_ANNOTATION,
+    REWARD_ANCHOR_TIME,
+    REWARD_INTERMEDIATE,
+    LightningSpanAttributes,
+    RewardAttributes,
+)
 
 _PREFIX = LightningSpanAttributes.REWARD.value
 _NAME = RewardAttributes.REWARD_NAME.value
@@ -100,6 +110,18 @@ def reward_value(name: str, attributes: Mapping[str, Any]) -> Optional[float]:
     return None
 
 
+def is_intermediate_reward(attributes: Mapping[str, Any]) -> bool:
+    """A reward marked intermediate (``agl.reward.intermediate``; ``true`` as text after a trip through
+    ClickHouse): it rewards one step, so it is matched to its own LLM call and is never the final reward."""
+    flag = attributes.get(REWARD_INTERMEDIATE)
+    return flag is True or (isinstance(flag, str) and flag.lower() in ("true", "1"))
+
+
+def reward_anchor_time(attributes: Mapping[str, Any]) -> Optional[float]:
+    """When the step an intermediate reward is for began (``agl.reward.anchor_time``, seconds), if recorded."""
+    return _number(attributes.get(REWARD_ANCHOR_TIME))
+
+
 def reward_of(span: Any) -> Optional[float]:
     """The primary reward of a span (an agl ``Span``, ``SpanCoreFields`` or OTel ``ReadableSpan``)."""
     return reward_value(getattr(span, "name", "") or "", getattr(span, "attributes", None) or {})
@@ -140,7 +162,8 @@ def find_reward_spans(spans: Iterable[S]) -> list[S]:
 
 
 def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
-    """The primary reward of the last reward span in store order (upstream's final reward)."""
+    """The primary reward of the last reward span in store order (upstream's final reward); intermediate
+    rewards are left out."""
     return final_reward(spans)[0]
 
 
@@ -152,7 +175,7 @@ def find_final_reward_dimensions(spans: Iterable[Any]) -> dict[str, float]:
 
 def final_reward(spans: Iterable[Any]) -> tuple[Optional[float], dict[str, float]]:
     """:func:`find_final_reward` and :func:`find_final_reward_dimensions` from one pass over the spans."""
-    found = find_reward_spans(spans)
+    found = [s for s in find_reward_spans(spans) if not is_intermediate_reward(getattr(s, "attributes", None) or {})]
     if not found:
         return None, {}
     return reward_of(found[-1]), dict(reward_dimensions(getattr(found[-1], "attributes", None) or {}))

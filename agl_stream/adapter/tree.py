@@ -15,16 +15,31 @@ sequence ids:
   latest already has one);
 * ``repair_hierarchy`` moves the root's children under the tightest other span that strictly
   envelopes them in time, appended after that span's children.
+
+agl-stream's addition: a reward marked intermediate (``agl.reward.intermediate``, what
+``agl_stream.air`` rules emit after a tool call) is left out of upstream's matching above, so it
+never takes an ordinary reward's call. It goes to the latest collected LLM call that had ended when
+its ``agl.reward.anchor_time`` came (the tool started; the reward's own start without one): the call
+whose output requested the tool, whatever the policy, however many tools that call requested and
+whatever LLM calls the tool or the rule made. Several intermediate rewards of one call add up, and
+add to its ordinary reward; each triplet lists them in ``metadata["intermediate_rewards"]``.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from enum import Enum
 from typing import Any, Iterator, Optional, Sequence
 
 from agl_stream.adapter import llm_fields
-from agl_stream.adapter.rewards import reward_value, store_order, store_order_key
+from agl_stream.adapter.rewards import (
+    is_intermediate_reward,
+    reward_anchor_time,
+    reward_value,
+    store_order,
+    store_order_key,
+)
 from agl_stream.semconv import AGL_OPERATION, AGL_REWARD, AGL_VIRTUAL, LightningSpanAttributes
 from agl_stream.types import Span, Triplet
 
@@ -222,11 +237,18 @@ class TraceTree:
     def match_rewards(
         self, reward_match: RewardMatchPolicy | str, llm_calls: Sequence["TraceTree | tuple[TraceTree, str]"]
     ) -> dict[str, Optional[float]]:
-        """Map LLM-call span ids to the reward matched to them (each call gets at most one reward).
+        """Map LLM-call span ids to the reward matched to them (each call gets at most one ordinary
+        reward; intermediate rewards add to it, see the module doc).
 
         ``llm_calls``: call nodes, or the ``(node, agent)`` pairs :meth:`find_llm_calls` returns.
         """
-        call_ids = {(call[0] if isinstance(call, tuple) else call).id for call in llm_calls}
+        return self._match_all(reward_match, [call[0] if isinstance(call, tuple) else call for call in llm_calls])[0]
+
+    def _match_all(
+        self, reward_match: RewardMatchPolicy | str, calls: Sequence["TraceTree"]
+    ) -> tuple[dict[str, Optional[float]], dict[str, list[float]]]:
+        """Each call's reward (ordinary plus intermediate) and its intermediate rewards alone."""
+        call_ids = {call.id for call in calls}
         rewards: dict[str, Optional[float]] = {}
         policy = RewardMatchPolicy(reward_match)
         if policy is RewardMatchPolicy.FIRST_OCCURRENCE:
@@ -234,7 +256,29 @@ class TraceTree:
         else:
             for parent in self.traverse():
                 _match_in_order(parent.children, call_ids, rewards)
-        return rewards
+        intermediate = self.match_intermediate_rewards(calls)
+        for call_id, values in intermediate.items():
+            rewards[call_id] = (rewards.get(call_id) or 0.0) + sum(values)
+        return rewards, intermediate
+
+    def match_intermediate_rewards(self, llm_calls: Sequence["TraceTree"]) -> dict[str, list[float]]:
+        """Map LLM-call span ids to the intermediate rewards they earned, in the order the rewards started:
+        each goes to the latest of ``llm_calls`` that had ended by its anchor time (see the module doc)."""
+        marked = [node for node in self.traverse() if is_intermediate_reward(node.span.attributes)]
+        if not marked:
+            return {}
+        calls = sorted(llm_calls, key=lambda n: n.end_time)
+        ends = [call.end_time for call in calls]
+        matched: dict[str, list[float]] = {}
+        for node in sorted(marked, key=lambda n: n.start_time):
+            value = node.reward()
+            if value is None:
+                continue
+            anchor = reward_anchor_time(node.span.attributes)
+            index = bisect.bisect_right(ends, node.start_time if anchor is None else anchor)
+            if index:
+                matched.setdefault(calls[index - 1].id, []).append(value)
+        return matched
 
     def span_to_triplet(self, span: Span, agent_name: Optional[str]) -> Triplet:
         """The triplet of one LLM-call span, before rewards: token ids, messages, request/response."""
@@ -285,9 +329,11 @@ class TraceTree:
             if _skip_empty_token_spans and not (triplet.prompt_token_ids and triplet.response_token_ids):
                 continue  # upstream's escape hatch for anonymous calls outside the trained agent
             kept.append((node, triplet))
-        rewards = self.match_rewards(reward_match, [node for node, _ in kept])
+        rewards, intermediate = self._match_all(reward_match, [node for node, _ in kept])
         for node, triplet in kept:
             triplet.reward = rewards.get(node.id)
+            if node.id in intermediate:
+                triplet.metadata["intermediate_rewards"] = intermediate[node.id]
         if final_reward is not None and kept:
             kept[-1][1].reward = final_reward
         return [triplet for _, triplet in kept]
@@ -318,7 +364,7 @@ def _match_in_order(nodes: Sequence[TraceTree], call_ids: set[str], rewards: dic
         if node.id in call_ids:
             ended.append(node)
         value = node.reward()
-        if value is None:
+        if value is None or is_intermediate_reward(node.span.attributes):
             continue
         for call in reversed(ended):
             if call.end_time > node.start_time or call.id in rewards:

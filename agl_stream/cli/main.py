@@ -26,9 +26,15 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "clickhouse": ("agl_stream_processors.cli:clickhouse", "ClickHouse schema migrations and the Kafka -> ClickHouse sinks.", "processors"),
     "sql": ("agl_stream_processors.cli:sql", "Run SQL or a saved query on the agl ClickHouse tables.", "processors"),
     "replay": ("agl_stream_processors.cli:replay", "Re-derive triplets from stored spans with another adapter.", "processors"),
+    "export": ("agl_stream_processors.export.cli:export", "Export the agl tables in other tools' shapes (S3 trajectories).", "processors"),
     "dashboard": ("agl_stream_processors.dashboard.cli:dashboard", "Serve the run dashboard (a local web page) over the agl tables.", "processors"),
     "processors": ("agl_stream_processors.service_cli:processors", "Run the stream processors (state machine, triplets, sinks) as one service.", "processors"),
     "trainer": ("agl_stream_trainer.cli:trainer", "Run the task scheduler and the learner (GRPO/PPO) as a service.", "trainer"),
+    "data": ("agl_stream.training_service.cli:data", "Upload and list datasets on the training server.", "base"),
+    "train": ("agl_stream.training_service.cli:train", "Train on the training server with an agent running here.", "base"),
+    "evaluate": ("agl_stream.training_service.cli:evaluate", "Evaluate a checkpoint on the training server.", "base"),
+    "model": ("agl_stream.training_service.cli:model", "List checkpoints and download the trained model.", "base"),
+    "server": ("agl_stream_trainer.server.cli:app", "The training server agl_stream.Client talks to (server start).", "trainer"),
     "serve": ("agl_stream_trainer.cli:serve", "Serve a transformers model on CPU with an OpenAI-compatible API.", "trainer"),
 }
 

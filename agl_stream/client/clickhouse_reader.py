@@ -74,8 +74,9 @@ def _deduplicated(key_where: str) -> str:
             "LIMIT 1 BY RolloutId, AttemptId, SpanId)")
 
 
-class ClickHouseSpanReader:
-    """Reads spans from the ``spans`` table of the ClickHouse a DSN names (the sinks' ``AGL_CLICKHOUSE_DSN``)."""
+class ClickHouseReader:
+    """Read-only SQL on the ClickHouse a DSN names (the sinks' ``AGL_CLICKHOUSE_DSN``), from any process:
+    a server directly, the embedded engine through its owner's SQL door."""
 
     def __init__(self, dsn: str, database: Optional[str] = None) -> None:
         self.target: Target = parse_dsn(dsn, database)
@@ -114,6 +115,19 @@ class ClickHouseSpanReader:
 
     async def _query(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
         return await asyncio.to_thread(self._rows, sql, params)
+
+    async def query(self, sql: str, params: Optional[dict[str, Any]] = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """(column names, rows) of a read-only query with ``{name:Type}`` parameters."""
+        return await self._query(sql, dict(params or {}))
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(client.close)
+
+
+class ClickHouseSpanReader(ClickHouseReader):
+    """Reads spans from the ``spans`` table."""
 
     async def read_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
         key_where, where, params = _where(query)
@@ -170,8 +184,3 @@ class ClickHouseSpanReader:
     async def count_spans(self) -> int:
         _, rows = await self._query("SELECT uniqExact(RolloutId, AttemptId, SpanId) FROM spans", {})
         return int(rows[0][0])
-
-    async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await asyncio.to_thread(client.close)

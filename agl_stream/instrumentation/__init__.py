@@ -16,6 +16,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -61,8 +62,10 @@ def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] 
         if not resolve_bool_env_var("AGL_INSTRUMENT", fallback=True, env=env):
             return sorted(_ARMED)
         for item in INSTRUMENTATIONS:
-            if item.name in _ARMED or not _importable(item.library):
+            if item.name in _ACTIVE or not _importable(item.library):
                 continue
+            if item.name in _ARMED and item.library not in sys.modules:
+                continue  # its hook is waiting for the import (an imported, inactive one is armed again)
             if not resolve_bool_env_var(f"AGL_INSTRUMENT_{item.name.upper()}", fallback=True, env=env):
                 continue
             module_name, _, class_name = item.instrumentor.partition(":")
@@ -75,16 +78,21 @@ def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] 
             # openai or langchain costs about a second of CPU per process, which an agent that never
             # uses them should not pay in every runner process.
             wrapt.register_post_import_hook(
-                functools.partial(_activate, item, module_name, class_name, tracer_provider, ask_token_ids), item.library
+                functools.partial(_activate, item, module_name, class_name, tracer_provider, ask_token_ids, env),
+                item.library,
             )
         return sorted(_ARMED)
 
 
 def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_provider: Any, ask_token_ids: bool,
-              _library: Any) -> None:  # fmt: skip
-    """Post-import hook: the instrumented library was just imported; instrument it."""
+              env: Optional[Mapping[str, str]], _library: Any) -> None:  # fmt: skip
+    """Post-import hook: the instrumented library was just imported; instrument it (unless its switch
+    was turned off since it was armed, e.g. by ``agl_stream.air.auto_instrument(trace_llm_calls=False)``)."""
+    from agl_stream.env_var import resolve_bool_env_var
+
     with _LOCK:
-        if item.name in _ACTIVE:
+        switched_on = resolve_bool_env_var(f"AGL_INSTRUMENT_{item.name.upper()}", fallback=True, env=env)
+        if item.name in _ACTIVE or not switched_on:
             return
         instrumentor = getattr(importlib.import_module(module_name), class_name)()
         instrumentor.instrument(tracer_provider=tracer_provider)
@@ -97,6 +105,16 @@ def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_p
 
 def active() -> list[str]:
     return sorted(_ACTIVE)
+
+
+def deactivate(name: str) -> bool:
+    """Stop tracing one library in this process (``AGL_INSTRUMENT_<NAME>=0`` keeps it off in processes
+    started later); True if it was being traced."""
+    with _LOCK:
+        instrumentor = _ACTIVE.pop(name, None)
+        if instrumentor is not None:
+            instrumentor.uninstrument()
+    return instrumentor is not None
 
 
 if not TYPE_CHECKING:  # upstream's AgentOps-era switches and flags: refused with the replacement

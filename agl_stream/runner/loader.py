@@ -17,6 +17,11 @@ def load_agent(path: str) -> LitAgent[Any]:
     ``name`` may be a LitAgent instance, a LitAgent subclass (instantiated without arguments), a
     function (wrapped like ``@rollout``) or a zero-argument factory returning one of those.
     """
+    return as_agent(load_object(path), path)
+
+
+def load_object(path: str) -> Any:
+    """The object ``pkg.module:name`` (or ``file.py:name``) names, the current directory importable."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--agent must look like 'module:object', got {path!r}")
@@ -28,10 +33,9 @@ def load_agent(path: str) -> LitAgent[Any]:
         sys.path.insert(0, str(Path.cwd()))
     module = importlib.import_module(module_name)
     try:
-        obj = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
-    return as_agent(obj, path)
 
 
 def as_agent(obj: Any, path: str) -> LitAgent[Any]:

@@ -34,6 +34,7 @@ flushes spans and commits.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import logging
@@ -62,6 +63,14 @@ logger = logging.getLogger(__name__)
 
 RUNNER_GROUP = RUNNERS_GROUP
 SHUTDOWN_ERROR = "cancelled: runner shutting down"
+
+_CURRENT: contextvars.ContextVar[Optional["LitAgentRunner"]] = contextvars.ContextVar("agl_runner", default=None)
+
+
+def current_runner() -> Optional["LitAgentRunner"]:
+    """The runner executing the attempt of this context (it follows the agent into its threads and
+    tasks): agent-side code such as ``agl_stream.air`` rules reaches the runner's producer through it."""
+    return _CURRENT.get()
 
 
 def default_worker_id() -> str:
@@ -118,6 +127,8 @@ class LitAgentRunner:
         self._background: list[asyncio.Task[None]] = []
         self._commit_lock = asyncio.Lock()
         self._worker = Worker(worker_id=self.worker_id, status="idle")
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._agent_letters: set["concurrent.futures.Future[None]"] = set()  # dead letters sent by agent code
         # One thread per concurrent attempt for sync agents (asyncio's default pool may be smaller).
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agl-agent")
 
@@ -159,6 +170,7 @@ class LitAgentRunner:
             self._tracer.attach_pipeline(create_pipeline(self.settings))  # upstream's bare ``OtelTracer()``
         await asyncio.to_thread(self._tracer.init)
         self.agent.set_runner(self)
+        self._loop = asyncio.get_running_loop()
         self._producer = await RecordProducer(self.settings, self.bootstrap).start()
         self._resources = await ResourceCache(self.settings, bootstrap=self.bootstrap).start()
         self._consumer = RecordConsumer(
@@ -288,6 +300,21 @@ class LitAgentRunner:
         await (await self._producer.send(self.settings.topic("dlq"), letter, key=record.key))
         self._consumer.done(record)
 
+    def send_dead_letter(self, letter: DeadLetter) -> "concurrent.futures.Future[None]":
+        """Produce ``letter`` on ``agl.dlq`` from agent code in any thread, without blocking it; the
+        attempt's ``finished`` waits for the letter, so it is on the topic when the rollout ends."""
+        loop, producer = self._loop, self._producer
+        if loop is None or producer is None:
+            raise RuntimeError("runner is not started")
+
+        async def send() -> None:
+            await (await producer.send(self.settings.topic("dlq"), letter, key=letter.key))
+
+        future = asyncio.run_coroutine_threadsafe(send(), loop)
+        self._agent_letters.add(future)
+        future.add_done_callback(self._agent_letters.discard)
+        return future
+
     # ---------------------------------------------------------------- one attempt
 
     async def _run_task(self, decoded: Decoded[AttemptedRollout]) -> None:
@@ -317,6 +344,7 @@ class LitAgentRunner:
     async def _execute(self, rollout: AttemptedRollout, holder: list[AttemptCounters]) -> tuple[str, Optional[str]]:
         """Run the agent in the attempt's trace context; the context's counters are put in ``holder``."""
         tracer = self.tracer
+        _CURRENT.set(self)  # this task's own context (and the agent's copies of it)
         await self.hooks.fire("on_rollout_start", agent=self.agent, runner=self, rollout=rollout)
         status, error = "succeeded", None
         async with tracer.trace_context(
@@ -376,6 +404,12 @@ class LitAgentRunner:
             except Exception as exc:
                 logger.error("spans of attempt %s were not all confirmed: %r", rollout.attempt.attempt_id, exc)
             span_count, dropped, reward = state.submitted, state.dropped, state.last_reward
+        pending = [asyncio.wrap_future(f) for f in list(self._agent_letters)]
+        if pending:  # dead letters agent code sent (AIR rules) land before the attempt ends
+            done, _ = await asyncio.wait(pending, timeout=self.flush_timeout)
+            for failed in (f for f in done if f.exception() is not None):
+                logger.error("a dead letter of attempt %s was not delivered: %r", rollout.attempt.attempt_id,
+                             failed.exception())  # fmt: skip
         metadata: dict[str, Any] = {"duration_seconds": round(duration, 6), "spans_dropped": dropped}
         if reward is not None:
             metadata["final_reward"] = reward

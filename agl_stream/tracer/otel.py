@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, Tra
 
 from agl_stream._porting import module_getattr
 from agl_stream.adapter.rewards import reward_dimensions
-from agl_stream.semconv import AGL_REWARD
+from agl_stream.semconv import AGL_REWARD, REWARD_INTERMEDIATE
 from agl_stream.tracer.base import Tracer, _ACTIVE, get_active_attempt
 from agl_stream.tracer.exporter import AttemptCounters, CoreSpan, PendingSpan, SpanExportPipeline
 from agl_stream.tracer.convert import lightning_resource_attributes
@@ -104,8 +104,11 @@ def _random_id(bits: int) -> int:
 
 
 def _note_reward(name: str, attributes: Any, state: AttemptCounters) -> None:
-    """Keep the attempt's reward bookkeeping (double-reward warning, final reward in the finished event)."""
+    """Keep the attempt's reward bookkeeping (double-reward warning, final reward in the finished event);
+    intermediate rewards (AIR's) are neither a final reward nor a reason to warn."""
     if attributes and (name == AGL_REWARD or PRIMARY_REWARD_KEY in attributes):
+        if attributes.get(REWARD_INTERMEDIATE) is True:
+            return
         state.reward_spans += 1
         value = attributes.get(PRIMARY_REWARD_KEY)
         if isinstance(value, (int, float)) and not isinstance(value, bool):

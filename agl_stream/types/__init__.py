@@ -20,6 +20,7 @@ from agl_stream.types.core import (
     Worker,
     WorkerStatus,
 )
+from agl_stream.types.datasets import DatasetLine, DatasetSplit
 from agl_stream.types.metrics import TrainingStep
 from agl_stream.types.records import AttemptEvent, AttemptEventKind, DeadLetter, RolloutControl, RolloutSnapshot
 from agl_stream.types.resources import LLM, NamedResources, PromptTemplate, ProxyLLM, Resource, ResourcesUpdate
@@ -41,6 +42,8 @@ from agl_stream.types.upstream import (
 from agl_stream.types.resources import ResourceUnion
 
 __all__ = [
+    "DatasetLine",
+    "DatasetSplit",
     "AttributeValue",
     "Attributes",
     "Dataset",

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from agl_stream.types import AttemptEvent, DeadLetter, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Worker
+from agl_stream.types import AttemptEvent, DatasetLine, DeadLetter, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Worker
 from agl_stream_processors.clickhouse.columns import (
     STR_LIST,
     UTC_MS,
@@ -309,6 +309,34 @@ def dead_letter_rows(letter: DeadLetter, record_timestamp_ms: Optional[int] = No
             "Reason": letter.reason,
             "ErrorType": letter.error_type,
             "ReceivedAt": _us(letter.received_at, "received_at"),
+        }
+    ]
+
+
+DATASET_SCHEMA = pa.schema(
+    [
+        ("DataId", pa.string()),
+        ("Split", pa.string()),
+        ("Line", pa.uint64()),
+        ("Lines", pa.uint64()),
+        ("Item", pa.string()),
+        ("FileName", pa.string()),
+        ("UploadedAt", UTC_MS),
+    ]
+)
+
+
+def dataset_rows(line: DatasetLine, record_timestamp_ms: Optional[int] = None) -> list[dict[str, Any]]:
+    """One ``datasets`` row per uploaded line, the item kept as the JSON text that was uploaded."""
+    return [
+        {
+            "DataId": line.data_id,
+            "Split": line.split,
+            "Line": line.line,
+            "Lines": line.lines,
+            "Item": line.item,
+            "FileName": line.file_name,
+            "UploadedAt": seconds_to(line.uploaded_at, 1000, "uploaded_at"),
         }
     ]
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from agl_stream.types import (
     AttemptEvent,
+    DatasetLine,
     DeadLetter,
     ResourcesUpdate,
     RolloutSnapshot,
@@ -72,6 +73,8 @@ SINKS: dict[str, SinkSpec] = {
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
         SinkSpec("training_steps", "training_steps", TrainingStep, "training_steps", rows.TRAINING_STEP_SCHEMA,
                  rows.training_step_rows),  # fmt: skip
+        SinkSpec("datasets", "datasets", DatasetLine, "datasets", rows.DATASET_SCHEMA, rows.dataset_rows, max_wait=0.2,
+                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),  # an upload waits for its rows
     )
 }
 

@@ -25,7 +25,7 @@ from agl_stream import (
     Triplet,
     Worker,
 )
-from agl_stream.types import TrainingStep
+from agl_stream.types import DatasetLine, TrainingStep
 
 _rollout = Rollout(
     rollout_id="ro-0123456789ab",
@@ -79,4 +79,6 @@ SAMPLES: dict[type[BaseModel], BaseModel] = {
         run_id="run-1", step=3, policy_version=3, total_steps=10, loss=0.25, kl=0.01, reward_mean=0.5,
         staleness_histogram={0: 6, 1: 2}, extra={"pg_clipfrac": 0.1},
     ),
+    DatasetLine: DatasetLine(data_id="arith", split="train", line=2, lines=5, item='{"question": "2+2?", "ground_truth": "4"}',
+                             file_name="train.jsonl", uploaded_at=1700000000.5),
 }

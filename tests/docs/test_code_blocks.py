@@ -8,7 +8,9 @@ the substitution is written right above the block, visible to readers, as an HTM
     <!-- docs-test {"replace": [["\\"smollm2\\"", "\\"tiny\\""]], "env": {"NAME": "value"}} -->
 
 ``replace`` pairs are applied in order and each must match (a stale substitution fails the test);
-``env`` adds environment variables. Nothing else is changed.
+``env`` adds environment variables; ``server`` (a model spec) starts ``agl-stream server start`` with
+that model for the block, in its own data directory, and sets ``AGL_SERVER_URL`` and
+``AGL_SERVER_TOKEN``. Nothing else is changed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -35,6 +38,7 @@ class CodeBlock:
     code: str
     replace: list[tuple[str, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    server: Optional[str] = None
 
     @property
     def id(self) -> str:
@@ -55,11 +59,11 @@ def code_blocks() -> list[CodeBlock]:
         text = document.read_text()
         for match in BLOCK.finditer(text):
             spec = json.loads(match.group("spec")) if match.group("spec") else {}
-            unknown = set(spec) - {"replace", "env"}
+            unknown = set(spec) - {"replace", "env", "server"}
             assert not unknown, f"{document}: unknown docs-test keys {unknown}"
             line = text[: match.start("code")].count("\n") + 1
             blocks.append(CodeBlock(document, line, match.group("code"), [tuple(p) for p in spec.get("replace", [])],
-                                    dict(spec.get("env", {}))))  # fmt: skip
+                                    dict(spec.get("env", {})), spec.get("server")))  # fmt: skip
     return blocks
 
 
@@ -81,5 +85,15 @@ def test_code_block_runs(block: CodeBlock, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
     env.update(AGL_DATA_DIR=str(tmp_path / "agl"), AGL_PARTITIONS="2", AGL_KAFKA_SESSION_TIMEOUT_MS="6000",
                HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **block.env)  # fmt: skip
-    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    server = None
+    if block.server is not None:
+        from tests.trainer.server.running import RunningServer
+
+        server = RunningServer(tmp_path / "server" / "agl", block.server).start()
+        env.update(AGL_SERVER_URL=server.url, AGL_SERVER_TOKEN=server.token)
+    try:
+        run = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    finally:
+        if server is not None:
+            server.stop()
     assert run.returncode == 0, f"{block.id} failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"

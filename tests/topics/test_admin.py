@@ -48,7 +48,7 @@ async def test_mismatched_existing_topics_are_reported(settings: Settings) -> No
 
 def test_catalog_matches_design() -> None:
     assert [s.short_name for s in CATALOG] == [
-        "tasks", "attempts", "rollouts", "spans", "triplets", "resources", "workers", "dlq", "training_steps"
+        "tasks", "attempts", "rollouts", "spans", "triplets", "resources", "workers", "dlq", "training_steps", "datasets"
     ]  # fmt: skip
     assert spec("rollouts").cleanup_policy == spec("resources").cleanup_policy == spec("workers").cleanup_policy == "compact"
     with pytest.raises(KeyError, match="unknown topic"):
