@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("agl_stream.training_service.cli:data", "Upload and list datasets on the training server.", "base"),
     "train": ("agl_stream.training_service.cli:train", "Train on the training server with an agent running here.", "base"),
     "evaluate": ("agl_stream.training_service.cli:evaluate", "Evaluate a checkpoint on the training server.", "base"),
+    "jobs": ("agl_stream.training_service.cli:jobs", "List, stop and read the results of the training server's jobs.", "base"),
     "model": ("agl_stream.training_service.cli:model", "List checkpoints and download the trained model.", "base"),
     "server": ("agl_stream_trainer.server.cli:app", "The training server agl_stream.Client talks to (server start).", "trainer"),
     "serve": ("agl_stream_trainer.cli:serve", "Serve a transformers model on CPU with an OpenAI-compatible API.", "trainer"),

@@ -19,6 +19,7 @@ from agl_stream.training_service.types import TrainingServiceError
 DEFAULT_URL = "http://127.0.0.1:8181"
 
 data = typer.Typer(no_args_is_help=True, help="Upload and list datasets on the training server.")
+jobs = typer.Typer(no_args_is_help=True, help="List, stop and read the results of the training server's jobs.")
 model = typer.Typer(no_args_is_help=True, help="List checkpoints and download the trained model.")
 
 ServerUrl = typer.Option(DEFAULT_URL, "--server-url", envvar="AGL_SERVER_URL", help="the training server")
@@ -148,3 +149,27 @@ def download(
         raise typer.BadParameter(f"unknown format {format!r}; choose huggingface, safetensors or onnx", param_hint="--format")
     with _client(server_url, token, timeout, retries, verify) as client:
         typer.echo(_run(lambda: client.download_model(output_dir, checkpoint, format, overwrite=overwrite)))
+
+
+@jobs.command("list")
+def list_jobs(server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+              verify: bool = VerifySsl) -> None:  # fmt: skip
+    """Every job, oldest first, as JSON."""
+    with _client(server_url, token, timeout, retries, verify) as client:
+        _echo_json([j.model_dump(exclude={"cluster"}) for j in _run(client.list_jobs)])
+
+
+@jobs.command("stop")
+def stop_job(job_id: str = typer.Argument(...), server_url: str = ServerUrl, token: Optional[str] = Token,
+             timeout: float = Timeout, retries: int = Retries, verify: bool = VerifySsl) -> None:  # fmt: skip
+    """Stop a running job (what Ctrl-C in `agl-stream train` does); prints its status."""
+    with _client(server_url, token, timeout, retries, verify) as client:
+        _echo_json(_run(lambda: client.stop(job_id)).model_dump(exclude={"cluster"}))
+
+
+@jobs.command("result")
+def job_result(job_id: str = typer.Argument(...), server_url: str = ServerUrl, token: Optional[str] = Token,
+               timeout: float = Timeout, retries: int = Retries, verify: bool = VerifySsl) -> None:  # fmt: skip
+    """A finished job's TrainingResult or EvalResult, as JSON."""
+    with _client(server_url, token, timeout, retries, verify) as client:
+        _echo_json(_run(lambda: client.result(job_id)))

@@ -144,6 +144,10 @@ class Client:
     def stop(self, job_id: str) -> JobStatus:
         return JobStatus.model_validate(self._json("POST", f"/v1/jobs/{job_id}/stop"))
 
+    def result(self, job_id: str) -> dict[str, Any]:
+        """A finished job's result as the server sends it (a TrainingResult's or an EvalResult's fields)."""
+        return self._json("GET", f"/v1/jobs/{job_id}/result")
+
     def training_result(self, job_id: str) -> TrainingResult:
         return TrainingResult.model_validate(self._json("GET", f"/v1/jobs/{job_id}/result"))
 

@@ -18,6 +18,7 @@ def start(
     model: Optional[str] = typer.Option(None, "--model", help="policy to train: smollm2, tiny, or a save_pretrained folder"),
     config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False, help="trainer.yaml keys over the server's defaults"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", envvar="AGL_DATA_DIR", help="datasets' engine, checkpoints, jobs"),
+    client_timeout: float = typer.Option(300.0, "--client-timeout", min=1, help="stop a running job whose client is silent this many seconds"),
 ) -> None:
     """Start the pipeline (local broker, processors, embedded ClickHouse unless AGL_KAFKA_BOOTSTRAP is set) and serve
     the training API until Ctrl-C. The bearer token is AGL_SERVER_TOKEN, else a random one in <data dir>/server/token."""
@@ -34,7 +35,8 @@ def start(
         trainer_config["model"] = model
     settings = Settings.from_env(data_dir=data_dir)
     try:
-        asyncio.run(run_server(settings, ServerOptions(host=host, port=port, trainer_config=trainer_config)))
+        asyncio.run(run_server(settings, ServerOptions(host=host, port=port, trainer_config=trainer_config,
+                                                               client_timeout=client_timeout)))
     except OSError as exc:
         typer.echo(f"agl-stream server: cannot listen on {host}:{port}: {exc}", err=True)
         raise typer.Exit(1) from None

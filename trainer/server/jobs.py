@@ -90,6 +90,8 @@ class Job:
         self.spec = spec  # the request, resolved: data_id, config, checkpoint...
         self.task: Optional["asyncio.Task[Any]"] = None
         self.result: Optional[dict[str, Any]] = None
+        self.last_seen = time.monotonic()  # when its client last asked about it (the runners are the client's)
+        self.stopping: Optional[str] = None  # why it is being cancelled
 
     def update(self, **fields: Any) -> None:
         self.status = self.status.model_copy(update=fields)
@@ -111,7 +113,8 @@ class Job:
 
 class JobManager:
     def __init__(self, root: Path, settings: Settings, client: StoreClient, datasets: DatasetStore,
-                 reader: ClickHouseReader, trainer_config: dict[str, Any], *, eval_timeout: float = 1800.0) -> None:  # fmt: skip
+                 reader: ClickHouseReader, trainer_config: dict[str, Any], *, eval_timeout: float = 1800.0,
+                 client_timeout: float = 300.0) -> None:  # fmt: skip
         self.root = root
         self.settings = settings
         self.client = client
@@ -119,7 +122,11 @@ class JobManager:
         self.reader = reader
         self.trainer_config = trainer_config
         self.eval_timeout = eval_timeout
+        #: a running job whose client has not asked about it for this long is stopped: its runners are gone
+        #: (the client was killed), so its rollouts would wait forever
+        self.client_timeout = client_timeout
         self.jobs: dict[str, Job] = {}
+        self._watchdog: Optional["asyncio.Task[None]"] = None
         self.cluster = ClusterInfo(kafka_bootstrap=settings.kafka_bootstrap or "", topic_prefix=settings.topic_prefix,
                                    partitions=settings.partitions)  # fmt: skip
         loaded = [Job.load(root / "jobs", path) for path in (root / "jobs").glob("*/job.json")]
@@ -132,9 +139,23 @@ class JobManager:
 
     def get(self, job_id: str) -> Job:
         try:
-            return self.jobs[job_id]
+            job = self.jobs[job_id]
         except KeyError:
             raise not_found(f"unknown job {job_id!r}", "unknown_job") from None
+        job.last_seen = time.monotonic()
+        return job
+
+    def start_watchdog(self, interval: float = 5.0) -> None:
+        self._watchdog = asyncio.create_task(self._watch(interval), name="job-watchdog")
+
+    async def _watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            for job in list(self.jobs.values()):
+                silent = time.monotonic() - job.last_seen
+                if not job.status.done and job.task is not None and silent > self.client_timeout:
+                    logger.warning("job %s: no word from its client for %.0fs; stopping it", job.status.job_id, silent)
+                    await self.stop(job.status.job_id, reason=f"its client was silent for {silent:.0f}s")
 
     def _running(self) -> Optional[Job]:
         return next((j for j in self.jobs.values() if not j.status.done), None)
@@ -270,8 +291,9 @@ class JobManager:
             ).model_dump(mode="json")  # fmt: skip
             job.update(state="succeeded", stop_reason=report.get("stop_reason"), finished_at=time.time())
         except asyncio.CancelledError:
-            job.update(state="stopped", stop_reason="stopped by the client", finished_at=time.time())
-            job.result = TrainingResult(job_id=job.status.job_id, state="stopped", stop_reason="stopped by the client",
+            reason = job.stopping or "the server stopped"
+            job.update(state="stopped", stop_reason=reason, finished_at=time.time())
+            job.result = TrainingResult(job_id=job.status.job_id, state="stopped", stop_reason=reason,
                                         steps=job.status.step, policy_version=job.status.policy_version,
                                         training_time_s=time.monotonic() - started, evaluations=evaluations).model_dump(mode="json")  # fmt: skip
         except Exception as exc:
@@ -358,7 +380,7 @@ class JobManager:
             job.result = result.model_dump(mode="json")
             job.update(state="succeeded", reward_mean=result.mean_reward, finished_at=time.time())
         except asyncio.CancelledError:
-            job.update(state="stopped", stop_reason="stopped by the client", finished_at=time.time())
+            job.update(state="stopped", stop_reason=job.stopping or "the server stopped", finished_at=time.time())
         except Exception as exc:
             logger.exception("job %s failed", job.status.job_id)
             job.update(state="failed", error=f"{type(exc).__name__}: {exc}", finished_at=time.time())
@@ -393,9 +415,10 @@ class JobManager:
 
     # ---------------------------------------------------------------- control
 
-    async def stop(self, job_id: str) -> JobStatus:
+    async def stop(self, job_id: str, reason: str = "stopped by the client") -> JobStatus:
         job = self.get(job_id)
         if job.task is not None and not job.task.done():
+            job.stopping = reason
             job.task.cancel()
             await asyncio.gather(job.task, return_exceptions=True)
         return job.status
@@ -414,7 +437,11 @@ class JobManager:
                 "final_checkpoint": checkpoints[-1].name if checkpoints else None}  # fmt: skip
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
         for job in self.jobs.values():
             if job.task is not None and not job.task.done():
+                job.stopping = "the server stopped"
                 job.task.cancel()
                 await asyncio.gather(job.task, return_exceptions=True)

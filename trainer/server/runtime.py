@@ -27,6 +27,7 @@ class ServerOptions:
     port: int = 8181  # 0: a free one (server.json says which)
     token: Optional[str] = None  # None: AGL_SERVER_TOKEN, else a random one written to <root>/token (0600)
     trainer_config: dict[str, Any] = field(default_factory=dict)  # trainer.yaml keys over the server's defaults
+    client_timeout: float = 300.0  # a running job whose client is silent this long is stopped
 
 
 def server_root(settings: Settings) -> Path:
@@ -110,7 +111,9 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
         client = await StoreClient(settings).start()
         reader = ClickHouseReader(settings.effective_clickhouse_dsn)
         datasets = DatasetStore(settings, producer, reader)
-        jobs = JobManager(root, settings, client, datasets, reader, deep_merge(DEFAULT_TRAINER_CONFIG, options.trainer_config))
+        jobs = JobManager(root, settings, client, datasets, reader, deep_merge(DEFAULT_TRAINER_CONFIG, options.trainer_config),
+                          client_timeout=options.client_timeout)  # fmt: skip
+        jobs.start_watchdog()
         app = create_app(datasets, jobs, token, root / "exports")
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"

@@ -14,8 +14,9 @@ TOKEN = "test-token-not-secret"
 
 
 class RunningServer:
-    def __init__(self, data_dir: Path, model: str, *, token: str = TOKEN) -> None:
+    def __init__(self, data_dir: Path, model: str, *, token: str = TOKEN, client_timeout: Optional[float] = None) -> None:
         self.data_dir = data_dir
+        self.client_timeout = client_timeout
         self.model = model
         self.token = token
         self.process: Optional[ServiceProcess] = None
@@ -30,7 +31,7 @@ class RunningServer:
         info = self.data_dir / "server" / "server.json"
         info.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")} | self.env
-        self.process = ServiceProcess("training-server", agl_command("server", "start", "--port", "0", "--model", self.model),
+        self.process = ServiceProcess("training-server", agl_command("server", "start", "--port", "0", "--model", self.model, *self._options()),
                                       env=env, log_path=self.data_dir.parent / "server.log")  # fmt: skip
         self.process.env = env
         self.process.start()
@@ -42,6 +43,9 @@ class RunningServer:
             time.sleep(0.2)
         self.url = json.loads(info.read_text())["url"]
         return self
+
+    def _options(self) -> list[str]:
+        return [] if self.client_timeout is None else ["--client-timeout", str(self.client_timeout)]
 
     def stop(self) -> Optional[int]:
         """SIGTERM, as a service manager stops it; it stops its broker and processors first."""

@@ -41,7 +41,8 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[RunningServer]:
-    running = RunningServer(tmp_path_factory.mktemp("training-server") / "agl", str(tiny_model_dir)).start()
+    # a job whose client is silent for 30 s is stopped (the clients here ask every second)
+    running = RunningServer(tmp_path_factory.mktemp("training-server") / "agl", str(tiny_model_dir), client_timeout=30).start()
     try:
         yield running
     finally:
@@ -199,6 +200,27 @@ def test_ctrl_c_stops_the_job_on_the_server_and_the_local_runners(server: Runnin
         assert not [j for j in client.list_jobs() if not j.done]
     runners = subprocess.run(["pgrep", "-f", str(tmp_path / "cli")], capture_output=True, text=True)
     assert runners.stdout.strip() == "", "runner processes outlived the client"
+
+
+def test_a_job_whose_client_went_silent_is_stopped(server: RunningServer) -> None:
+    """A client killed outside Python (no Ctrl-C) leaves a job nobody runs: the server stops it."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {server.token}"}
+    started = httpx.post(f"{server.url}/v1/jobs/train", headers=headers, timeout=30,
+                         json={"data_id": "adds", "epochs": 1, "batch_size": 1, "group_size": 2})  # fmt: skip
+    assert started.status_code == 201, started.text
+    job_id = started.json()["job_id"]
+    with agl.Client(server.url, token=server.token) as client:
+        deadline = time.monotonic() + 150
+        while True:  # only the job list, which is no word from this job's client
+            [job] = [j for j in client.list_jobs() if j.job_id == job_id]
+            if job.done or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert job.state == "stopped" and "silent" in (job.stop_reason or ""), job
+        listed = _cli(server, "jobs", "list")
+        assert listed.returncode == 0 and job_id in listed.stdout
 
 
 def test_a_restarted_server_still_lists_the_data_and_the_checkpoints(server: RunningServer, tmp_path: Path) -> None:
