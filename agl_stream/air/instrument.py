@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
-import json
 import logging
 import os
 import sys
@@ -33,6 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from agl_stream.air import record
 from agl_stream.air.rules import CodeExecution, ToolCall, events_for
+from agl_stream.instrumentation.conventions import json_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def tool_call_from_span(span: ReadableSpan) -> ToolCall:
     attributes: Mapping[str, Any] = span.attributes or {}
     name = str(attributes.get("tool.name") or span.name)
     raw_input = attributes.get("input.value")
-    parsed = _json(raw_input)
+    parsed = json_or_none(raw_input)
     args = parsed if isinstance(parsed, dict) else ({} if raw_input is None else {"input": raw_input})
     error: Optional[BaseException] = None
     if span.status is not None and not span.status.is_ok and span.status.status_code.name == "ERROR":
@@ -199,12 +199,3 @@ def _switch_context_propagation(on: bool) -> None:
     elif not on and _original_submit is not None:
         ThreadPoolExecutor.submit = _original_submit  # type: ignore[method-assign]
         _original_submit = None
-
-
-def _json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None

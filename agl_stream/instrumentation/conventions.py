@@ -46,7 +46,8 @@ def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any
     return name, attributes
 
 
-def _json(value: Any) -> Optional[Any]:
+def json_or_none(value: Any) -> Optional[Any]:
+    """The JSON a string attribute holds, or None (not a string, not JSON): span attributes are untrusted."""
     if not isinstance(value, str):
         return None
     try:
@@ -56,16 +57,16 @@ def _json(value: Any) -> Optional[Any]:
 
 
 def _langgraph_node(attributes: Mapping[str, Any]) -> Optional[str]:
-    metadata = _json(attributes.get("metadata"))
+    metadata = json_or_none(attributes.get("metadata"))
     node = metadata.get("langgraph_node") if isinstance(metadata, dict) else None
     return node if isinstance(node, str) else None
 
 
 def _openai_chat(attributes: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    response = _json(attributes.get("output.value"))
+    response = json_or_none(attributes.get("output.value"))
     if not isinstance(response, dict) or not isinstance(response.get("choices"), list):
         return None  # not a chat completion (an error, an unparsable body): leave the span as it is
-    request = _json(attributes.get("input.value"))
+    request = json_or_none(attributes.get("input.value"))
     out: dict[str, Any] = {semconv.GEN_AI_SYSTEM: str(attributes.get("llm.system") or "openai"),
                            semconv.GEN_AI_REQUEST_TYPE: "chat"}  # fmt: skip
     if isinstance(request, dict):
