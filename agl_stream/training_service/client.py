@@ -11,7 +11,6 @@ retried ``max_retries`` times with backoff; any other error answer raises one
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import signal
@@ -82,13 +81,15 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _send(self, method: str, path: str, *, stream: bool = False, **kwargs: Any) -> Any:
+        """The response to a request, retried on connection errors and 502/503/504; ``stream``: the body is
+        left unread (the caller reads it and closes the response)."""
         import httpx
 
         delay = self.retry_delay
         for attempt in range(self.max_retries + 1):
             try:
-                response = self._http.request(method, path, **kwargs)
+                response = self._http.send(self._http.build_request(method, path, **kwargs), stream=stream)
             except httpx.TransportError as exc:
                 if attempt == self.max_retries:
                     raise TrainingServiceError(f"cannot reach the training server at {self.server_url}: {exc}",
@@ -96,6 +97,7 @@ class Client:
             else:
                 if response.status_code not in RETRY_STATUSES or attempt == self.max_retries:
                     return self._checked(response)
+                response.close()
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
         raise AssertionError("unreachable")
@@ -104,6 +106,8 @@ class Client:
     def _checked(response: Any) -> Any:
         if response.status_code < 400:
             return response
+        response.read()  # a streamed error answer: its body is the message
+        response.close()
         try:
             error = response.json().get("error") or {}
             message, code = error.get("message") or response.text, error.get("code") or "error"
@@ -264,17 +268,24 @@ class Client:
         target = Path(output_dir)
         if target.exists() and any(target.iterdir()) and not overwrite:
             raise FileExistsError(f"{target} is not empty; pass overwrite=True to replace it")
-        response = self._send("GET", "/v1/model", params={"checkpoint": checkpoint, "format": format})
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as tmp:
-            with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as archive:
-                archive.extractall(tmp, filter="data")  # refuses absolute paths, links out and devices
+            folder = Path(tmp) / "model"
+            archive_path = Path(tmp) / "model.tar.gz"
+            response = self._send("GET", "/v1/model", params={"checkpoint": checkpoint, "format": format}, stream=True)
+            try:  # to disk as it arrives: a model is hundreds of MB
+                with archive_path.open("wb") as fh:
+                    for chunk in response.iter_bytes(1 << 20):
+                        fh.write(chunk)
+            finally:
+                response.close()
+            with tarfile.open(archive_path, mode="r:gz") as archive:
+                archive.extractall(folder, filter="data")  # refuses absolute paths, links out and devices
             if target.exists():
                 import shutil
 
                 shutil.rmtree(target)
-            os.replace(tmp, target)
-            Path(tmp).mkdir()  # TemporaryDirectory cleans up the name it made
+            os.replace(folder, target)
         return target
 
 
