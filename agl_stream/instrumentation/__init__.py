@@ -30,14 +30,24 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Instrumentation:
-    name: str  # also the extra that installs it and the AGL_INSTRUMENT_<NAME> switch
+    name: str  # also the AGL_INSTRUMENT_<NAME> switch
     library: str  # the import name of the instrumented library
     instrumentor: str  # "module:Class" of the OpenInference instrumentor
+    extra: str = "frameworks"  # the agl-stream extra that installs its tracing
 
 
 INSTRUMENTATIONS: tuple[Instrumentation, ...] = (
-    Instrumentation("openai", "openai", "openinference.instrumentation.openai:OpenAIInstrumentor"),
-    Instrumentation("langchain", "langchain_core", "openinference.instrumentation.langchain:LangChainInstrumentor"),
+    Instrumentation("openai", "openai", "openinference.instrumentation.openai:OpenAIInstrumentor", extra="base"),
+    Instrumentation("langchain", "langchain_core", "openinference.instrumentation.langchain:LangChainInstrumentor",
+                    extra="langchain"),
+    # MCP client tool calls as tool spans, plus OpenInference's MCP context propagation (see instrumentation/mcp.py)
+    Instrumentation("mcp", "mcp", "agl_stream.instrumentation.mcp:MCPInstrumentor"),
+    # LiteLLM SDK calls, one LLM call each: the inner OpenAI span, else the litellm one (instrumentation/litellm_sdk.py)
+    Instrumentation("litellm", "litellm", "agl_stream.instrumentation.litellm_sdk:LiteLLMInstrumentor"),
+    # Anthropic Messages calls, token ids when the server sends them, tool-runner tools (instrumentation/anthropic.py)
+    Instrumentation("anthropic", "anthropic", "agl_stream.instrumentation.anthropic:AnthropicInstrumentor"),
+    # OpenAI Agents SDK: agent and tool spans; its LLM calls are the OpenAI client's (docs/frameworks.md)
+    Instrumentation("openai_agents", "agents", "openinference.instrumentation.openai_agents:OpenAIAgentsInstrumentor"),
 )
 
 _LOCK = threading.RLock()  # the hook runs at once, under the lock, when the library is already imported
@@ -70,7 +80,7 @@ def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] 
                 continue
             module_name, _, class_name = item.instrumentor.partition(":")
             if not _importable(module_name.rsplit(".", 1)[0]) or not _importable(module_name):
-                logger.warning("%s is installed but its tracing is not: pip install 'agl-stream[%s]'", item.library, item.name)
+                logger.warning("%s is installed but its tracing is not: pip install 'agl-stream[%s]'", item.library, item.extra)
                 continue
             ask_token_ids = item.name == "openai" and bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True, env=env))
             _ARMED.add(item.name)

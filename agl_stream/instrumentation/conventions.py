@@ -10,6 +10,17 @@ every original attribute (and the original span name under ``agl.source_span_nam
   streamed or not): request fields from ``input.value``, response fields, token ids, logprobs and the
   serving policy version from ``output.value`` (the response as the server sent it; for streams,
   the chunks accumulated, so token ids arrive concatenated).
+* **LiteLLM SDK calls** that went to the server without the OpenAI client (``completion`` /
+  ``acompletion`` spans of ``openinference-instrumentation-litellm`` on which
+  :mod:`agl_stream.instrumentation.litellm_sdk` recorded the call as OpenAI-shaped JSON): mapped like
+  an OpenAI call. A litellm call that went through the OpenAI client is its child ``ChatCompletion``
+  span, and its own span is left as it is (one LLM call, one ``openai.chat.completion`` span).
+* **Anthropic Messages calls** (``messages.create`` / ``messages.stream`` / ``messages.parse`` and their
+  ``beta.`` forms, of ``openinference-instrumentation-anthropic``): the request and the message
+  translated to the OpenAI layout (system prompt, tool results as ``tool`` turns, ``tool_use`` blocks as
+  tool calls, ``stop_reason`` as ``finish_reason``), then mapped like an OpenAI call; token ids where
+  the server sent them as extra fields of the message, vLLM's names (``prompt_token_ids``,
+  ``token_ids``; see :mod:`agl_stream.instrumentation.anthropic`).
 * **LangGraph nodes** (CHAIN spans of ``openinference-instrumentation-langchain`` named after their
   ``langgraph_node``) and **agents** (AGENT spans, e.g. of the OpenAI Agents SDK): ``agent.name``.
 
@@ -28,6 +39,12 @@ SOURCE_NAME = "agl.source_span_name"
 AGENT_NAME = "agent.name"
 #: OpenInference span names of OpenAI client calls whose output is a chat completion
 OPENAI_CHAT_SPANS = frozenset({"ChatCompletion"})
+#: a litellm SDK call as agl-stream's wrapper recorded it (OpenAI-shaped JSON), when no OpenAI client span did
+LITELLM_REQUEST = "agl.litellm.request"
+LITELLM_RESPONSE = "agl.litellm.response"
+#: OpenInference span names of Anthropic Messages API calls
+ANTHROPIC_MESSAGES_SPANS = frozenset({"messages.create", "messages.stream", "messages.parse", "beta.messages.create",
+                                      "beta.messages.stream", "beta.messages.parse"})  # fmt: skip
 
 
 def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -35,8 +52,8 @@ def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any
     kind = attributes.get(KIND)
     if kind is None:
         return name, attributes
-    if kind == "LLM" and name in OPENAI_CHAT_SPANS:
-        mapped = _openai_chat(attributes)
+    if kind == "LLM":
+        mapped = _llm_call(name, attributes)
         if mapped is not None:
             return semconv.LLM_CALL_SPAN_NAME, {**attributes, **mapped, SOURCE_NAME: name}
     elif kind == "CHAIN" and AGENT_NAME not in attributes and _langgraph_node(attributes) == name:
@@ -44,6 +61,17 @@ def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any
     elif kind == "AGENT" and AGENT_NAME not in attributes:
         return name, {**attributes, AGENT_NAME: name}
     return name, attributes
+
+
+def _llm_call(name: str, attributes: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """Upstream's LLM-call attributes for an OpenInference LLM span that stands for one LLM call, else None."""
+    if name in OPENAI_CHAT_SPANS:
+        return _openai_chat(attributes)
+    if LITELLM_RESPONSE in attributes:
+        return _litellm_call(attributes)
+    if name in ANTHROPIC_MESSAGES_SPANS and attributes.get("llm.system") == "anthropic":
+        return _anthropic_messages(name, attributes)
+    return None
 
 
 def json_or_none(value: Any) -> Optional[Any]:
@@ -149,3 +177,128 @@ def _response(response: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(content, list) and content and all(isinstance(c, dict) and "logprob" in c for c in content):
         attrs[semconv.RESPONSE_LOGPROBS] = [float(c["logprob"]) for c in content]
     return attrs
+
+
+def _litellm_call(attributes: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    response = json_or_none(attributes.get(LITELLM_RESPONSE))
+    if not isinstance(response, dict) or not isinstance(response.get("choices"), list):
+        return None
+    request = json_or_none(attributes.get(LITELLM_REQUEST))
+    out: dict[str, Any] = {semconv.GEN_AI_SYSTEM: str(attributes.get("llm.provider") or "litellm"),
+                           semconv.GEN_AI_REQUEST_TYPE: "chat"}  # fmt: skip
+    if isinstance(request, dict):
+        out.update(_request(request))
+    out.update(_response(response))
+    return out
+
+
+#: Anthropic stop reasons as OpenAI finish reasons (the layout upstream's spans and adapters read)
+_FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+
+
+def _anthropic_messages(name: str, attributes: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """A Messages API call in the chat layout: the request (``input.value``) and the message (``output.value``)
+    translated to their OpenAI counterparts, then mapped like an OpenAI call."""
+    message = json_or_none(attributes.get("output.value"))
+    if not isinstance(message, dict) or message.get("type") != "message":
+        return None  # an error, or a call whose message was not recorded
+    request = json_or_none(attributes.get("input.value"))
+    out: dict[str, Any] = {semconv.GEN_AI_SYSTEM: "anthropic", semconv.GEN_AI_REQUEST_TYPE: "chat"}
+    if isinstance(request, dict):
+        out.update(_request(_anthropic_request(request, streamed=name.endswith(".stream"))))
+    out.update(_response(_anthropic_response(message)))
+    return out
+
+
+def _anthropic_request(request: Mapping[str, Any], streamed: bool) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if request.get("system"):
+        messages.append({"role": "system", "content": _anthropic_text(request["system"])})
+    for turn in request.get("messages") or []:
+        if isinstance(turn, dict):
+            messages.extend(_anthropic_turn(turn))
+    doc: dict[str, Any] = {k: request[k] for k in ("model", "max_tokens", "temperature", "top_p") if k in request}
+    doc.update(messages=messages, stream=streamed or bool(request.get("stream")))
+    tools = [{"type": "function", "function": {"name": str(t.get("name", "")),
+                                               "description": str(t.get("description", "")),
+                                               "parameters": t.get("input_schema") or {}}}
+             for t in request.get("tools") or [] if isinstance(t, dict)]  # fmt: skip
+    if tools:
+        doc["tools"] = tools
+    return doc
+
+
+def _anthropic_turn(turn: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One Messages turn as OpenAI turns: its tool results first (a ``tool`` turn each), then the rest."""
+    role, content = str(turn.get("role", "")), turn.get("content")
+    if not isinstance(content, list):
+        return [{"role": role, "content": content if isinstance(content, str) else ""}]
+    blocks = [b for b in content if isinstance(b, dict)]
+    turns: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")), "content": _anthropic_text(b.get("content"))}
+        for b in blocks if b.get("type") == "tool_result"
+    ]  # fmt: skip
+    calls = [_anthropic_tool_call(b) for b in blocks if b.get("type") == "tool_use"]
+    rest = [b for b in blocks if b.get("type") not in ("tool_result", "tool_use")]
+    if rest or calls or not turns:
+        out: dict[str, Any] = {"role": role, "content": _anthropic_content(rest)}
+        if calls:
+            out["tool_calls"] = calls
+        turns.append(out)
+    return turns
+
+
+def _anthropic_content(blocks: list[dict[str, Any]]) -> Any:
+    """One text block as text; several blocks (or images) as OpenAI content parts."""
+    if len(blocks) == 1 and blocks[0].get("type") == "text":
+        return str(blocks[0].get("text", ""))
+    parts: list[Any] = []
+    for block in blocks:
+        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        if block.get("type") == "text":
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
+        elif block.get("type") == "image" and source.get("type") == "base64":
+            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif block.get("type") == "image" and source.get("type") == "url":
+            parts.append({"type": "image_url", "image_url": {"url": str(source.get("url", ""))}})
+        else:
+            parts.append(block)  # documents, thinking, ...: kept as the API has them
+    return parts if parts else ""
+
+
+def _anthropic_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(str(b.get("text", "")) for b in value if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _anthropic_tool_call(block: Mapping[str, Any]) -> dict[str, Any]:
+    function = {"name": str(block.get("name", "")), "arguments": json.dumps(block.get("input") or {})}
+    return {"id": str(block.get("id", "")), "type": "function", "function": function}
+
+
+def _anthropic_response(message: Mapping[str, Any]) -> dict[str, Any]:
+    blocks = [b for b in message.get("content") or [] if isinstance(b, dict)]
+    text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+    reply: dict[str, Any] = {"role": "assistant", "content": text}
+    calls = [_anthropic_tool_call(b) for b in blocks if b.get("type") == "tool_use"]
+    if calls:
+        reply["tool_calls"] = calls
+    stop = message.get("stop_reason")
+    choice: dict[str, Any] = {"index": 0, "message": reply, "finish_reason": _FINISH_REASONS.get(str(stop), stop)}
+    if "token_ids" in message:
+        choice["token_ids"] = message["token_ids"]
+    usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+    prompt = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                  "cache_read_input_tokens"))  # fmt: skip
+    completion = int(usage.get("output_tokens") or 0)
+    doc: dict[str, Any] = {"id": message.get("id"), "model": message.get("model"), "choices": [choice],
+                           "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                     "total_tokens": prompt + completion}}  # fmt: skip
+    for key in ("prompt_token_ids", "policy_version"):
+        if key in message:
+            doc[key] = message[key]
+    return doc
