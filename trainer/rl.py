@@ -118,8 +118,11 @@ class RL(Algorithm):
         k = self.eval_samples
         items = [item for item in dataset for _ in range(k)]
         tags = [{"item_index": i, "sample": j} for i in range(len(dataset)) for j in range(k)]
+        # the training tasks' resources when they are pinned (one broker serving several runs one after
+        # another: "latest" can be an older run's higher policy version), else the latest
+        pinned = self.config.scheduler.resources_id if self.config.scheduler is not None else None
         outcomes = await run_dataset(self.client, results, items, mode="val", metadata={"eval": label},
-                                     timeout=self.eval_timeout, item_metadata=tags)  # fmt: skip
+                                     timeout=self.eval_timeout, item_metadata=tags, resources_id=pinned)  # fmt: skip
         missing = sum(o is None for o in outcomes)
         failed = sum(o is not None and o.status != "succeeded" for o in outcomes)
         if missing or failed:

@@ -229,7 +229,10 @@ class JobManager:
                         rollouts_expected=info.train_lines * request["epochs"] * group_size)  # fmt: skip
         job_id = job.status.job_id
         checkpoint_dir = self._checkpoint_dir(request.get("checkpoint_dir"), job_id)
-        config.update(run_id=job_id, checkpoint_dir=str(checkpoint_dir))
+        # the job's own resources id, named by its tasks: runners resolve "latest" as the highest policy
+        # version published, which on this long-lived broker can be an earlier job's (its engine is gone)
+        config.update(run_id=job_id, checkpoint_dir=str(checkpoint_dir), resources_id=f"policy-{job_id}")
+        config["scheduler"] = {**config["scheduler"], "resources_id": f"policy-{job_id}"}
         try:
             TrainerConfig.model_validate(config)
         except Exception as exc:
@@ -272,7 +275,8 @@ class JobManager:
 
             async def evaluate_at(step: int) -> None:
                 evaluations.append(await self._evaluate_items(f"{job.status.job_id}-step{step}", test, results,
-                                                              None, job.status.policy_version, step=step))  # fmt: skip
+                                                              None, job.status.policy_version, step=step,
+                                                              resources_id=spec["config"]["resources_id"]))  # fmt: skip
 
             sink = _StepSink(job, spec["eval_interval"] if test else None, evaluate_at)
             rl = RL(TrainerConfig.model_validate(spec["config"]), output_dir=job.dir / "run", validate_before=bool(test),

@@ -109,9 +109,13 @@ def test_upload_train_evaluate_download(server: RunningServer, client: agl.Clien
     try:
         _, rows = ch.query_rows("SELECT Step, PolicyVersion, RewardMean, Loss FROM training_steps FINAL "
                                 "WHERE RunId = {r:String} ORDER BY Step", {"r": result.job_id})  # fmt: skip
+        # every rollout of the job (training and held-out) named the job's own resources, never "latest":
+        # on a long-lived broker "latest" can be an earlier job's higher policy version, whose engine is gone
+        _, used = ch.query_rows("SELECT Mode, groupUniqArray(ResourcesId) FROM rollouts FINAL GROUP BY Mode ORDER BY Mode")
     finally:
         ch.close()
     assert [r[0] for r in rows] == [1, 2] and [p.step for p in result.history] == [1, 2]
+    assert [(mode, list(ids)) for mode, ids in used] == [("train", [f"policy-{result.job_id}"]), ("val", [f"policy-{result.job_id}"])]
     assert result.reward_curve == pytest.approx([r[2] for r in rows]) and result.loss_curve == pytest.approx([r[3] for r in rows])
     # checkpoints every step, evaluations every step (eval_interval=1) and before/after on the test split
     assert [c.name.split("/")[1] for c in result.checkpoints] == ["step-00000001", "step-00000002"]
