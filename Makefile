@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench soak scaling chaos setup browser upstream screenshots constraints golden clean
+.PHONY: demo test bench soak scaling chaos setup browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 demo: setup
 	$(BIN)/python -m examples.demo
 
-test: setup browser upstream
+test: setup browser upstream frameworks-venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Upstream Agent Lightning 0.3.0 in a side venv (never a dependency): the drop-in tests run its own
@@ -44,6 +44,26 @@ $(UPSTREAM_STAMP): $(UPSTREAM_CONSTRAINTS)
 	test -x $(UPSTREAM_VENV)/bin/python || $(PYTHON) -m venv $(UPSTREAM_VENV)
 	$(UPSTREAM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(UPSTREAM_CONSTRAINTS) agentlightning==0.3.0
 	touch $(UPSTREAM_STAMP)
+
+# Agent frameworks whose pins cannot live beside the stack's (AutoGen AgentChat: protobuf 5; CrewAI: pydantic
+# < 2.13, rich < 15, mcp < 2) in a side venv with agl-stream's base install: their agents' runner processes run
+# from it (AGL_RUNNER_PYTHON, Trainer(runner_python=...)) while the broker, processors and learner stay in .venv.
+# About a minute once, 1.1 GB. `make frameworks-constraints` re-resolves its pins.
+FRAMEWORKS_VENV  := .agl/frameworks-venv
+FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.agl-installed
+FRAMEWORKS_REQUIREMENTS := requirements/frameworks-venv.txt
+FRAMEWORKS_CONSTRAINTS  := requirements/frameworks-venv-constraints.txt
+frameworks-venv: $(FRAMEWORKS_STAMP)
+$(FRAMEWORKS_STAMP): pyproject.toml setup.py $(FRAMEWORKS_REQUIREMENTS) $(FRAMEWORKS_CONSTRAINTS)
+	test -x $(FRAMEWORKS_VENV)/bin/python || $(PYTHON) -m venv $(FRAMEWORKS_VENV)
+	$(FRAMEWORKS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(FRAMEWORKS_CONSTRAINTS) -e . -r $(FRAMEWORKS_REQUIREMENTS)
+	touch $(FRAMEWORKS_STAMP)
+
+frameworks-constraints:
+	rm -rf $(FRAMEWORKS_VENV).new && $(PYTHON) -m venv $(FRAMEWORKS_VENV).new
+	$(FRAMEWORKS_VENV).new/bin/python -m pip install --quiet --disable-pip-version-check -e . -r $(FRAMEWORKS_REQUIREMENTS)
+	$(FRAMEWORKS_VENV).new/bin/python -m pip freeze --exclude-editable --disable-pip-version-check | grep -v "^agl-stream" > $(FRAMEWORKS_CONSTRAINTS)
+	rm -rf $(FRAMEWORKS_VENV).new
 
 # Debian's chromium renders the dashboard in the tests (headless). Installed when missing and this
 # runs as root with apt (CI); elsewhere the browser test is skipped with the reason.

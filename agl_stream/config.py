@@ -60,6 +60,9 @@ class Settings(BaseModel):
     # Process roles (upstream's AGL_CURRENT_ROLE) and logging.
     current_role: Role = "both"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # The interpreter runner processes start with: a venv whose agent framework cannot install beside the
+    # stack's pins (the frameworks side venv of `make frameworks-venv`); unset = the interpreter running now.
+    runner_python: Optional[Path] = Field(default=None, description="python for agent runner processes")
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -72,6 +75,13 @@ class Settings(BaseModel):
             if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"{host!r} is not host:port")
         return ",".join(hosts)
+
+    @field_validator("runner_python")
+    @classmethod
+    def _check_runner_python(cls, value: Optional[Path]) -> Optional[Path]:
+        if value is not None and not (value.is_file() and os.access(value, os.X_OK)):
+            raise ValueError(f"{value} is not an executable python")
+        return value
 
     @field_validator("clickhouse_dsn")
     @classmethod

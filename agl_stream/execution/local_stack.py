@@ -106,12 +106,15 @@ class LocalStack:
 
     def start_runners(self, agent: Union[str, Sequence[str]], n_runners: int, *, concurrency: int = 1,
                       extra_args: Sequence[str] = (), env: Optional[dict[str, str]] = None) -> ServiceProcess:  # fmt: skip
-        """``agent``: a ``module:object`` path, or the runner's agent arguments (``["--components", FILE]``)."""
+        """``agent``: a ``module:object`` path, or the runner's agent arguments (``["--components", FILE]``).
+
+        The runners start with ``settings.runner_python`` (``AGL_RUNNER_PYTHON``) when set: an agent whose
+        framework lives in another venv runs there, with agl-stream's base install, while the stack stays here."""
         agent_args = ["--agent", agent] if isinstance(agent, str) else list(agent)
         runners = ServiceProcess(
             "runners",
             agl_command("runner", *agent_args, "--n-runners", str(n_runners), "--concurrency", str(concurrency),
-                        "--no-progress", *extra_args),
+                        "--no-progress", *extra_args, python=self.settings.runner_python),
             env={**self.env(), **(env or {})}, log_path=self.log_dir / "runners.log",
         ).start()  # fmt: skip
         self.services.append(runners)

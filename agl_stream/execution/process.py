@@ -27,9 +27,9 @@ class ServiceCrashed(RuntimeError):
         self.returncode = returncode
 
 
-def agl_command(*args: str) -> list[str]:
-    """argv for an ``agl-stream`` sub-command run with the current interpreter."""
-    return [sys.executable, "-m", "agl_stream.cli.main", *args]
+def agl_command(*args: str, python: Optional[Path] = None) -> list[str]:
+    """argv for an ``agl-stream`` sub-command, run with ``python`` (default: the current interpreter)."""
+    return [str(python) if python is not None else sys.executable, "-m", "agl_stream.cli.main", *args]
 
 
 class ServiceProcess:

@@ -128,6 +128,7 @@ class Trainer:
         settings: Optional[Settings] = None,
         log_dir: Optional[Path] = None,
         dashboard: bool = True,
+        runner_python: Optional[Union[str, Path]] = None,
     ) -> None:
         """Upstream's arguments, with the same meaning where agl-stream has the part:
 
@@ -145,7 +146,9 @@ class Trainer:
         replace the store; the runner is a service process; the LLM proxy is ``agl-stream ingest
         proxy``): passing one is an error that says so. agl-stream's own: ``runner_concurrency``
         (attempts at once per runner process), ``settings``, ``log_dir``, ``dashboard`` (serve
-        ``agl-stream dashboard`` while the job runs and print its URL).
+        ``agl-stream dashboard`` while the job runs and print its URL), ``runner_python`` (the
+        interpreter of the runner processes, default ``AGL_RUNNER_PYTHON`` or this one: an agent whose
+        framework lives in a side venv, given as ``"module:object"`` so this process need not import it).
         """
         if dev:
             warnings.warn("Trainer(dev=True) is deprecated; use Trainer.dev(...)", DeprecationWarning, stacklevel=2)
@@ -185,6 +188,7 @@ class Trainer:
         self.settings = settings
         self.log_dir = log_dir
         self.dashboard = dashboard
+        self.runner_python = Path(runner_python) if runner_python is not None else None
 
     # ---------------------------------------------------------------- public API
 
@@ -243,6 +247,8 @@ class Trainer:
 
     async def _run(self, algorithm: Algorithm, agent: Any, train: Optional[Sequence[Any]], val: Optional[Sequence[Any]]) -> Any:
         settings = self.settings or Settings.from_env()
+        if self.runner_python is not None:
+            settings = Settings.model_validate({**settings.model_dump(), "runner_python": self.runner_python})
         role = settings.current_role
         stack = LocalStack(settings, log_dir=self.log_dir)
         runner_args, stack.processor_args, runner_env = self._components(agent, settings, stack.start_processors)

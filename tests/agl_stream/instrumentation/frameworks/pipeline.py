@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from agl_stream.client import StoreClient
 from agl_stream.client.clickhouse_reader import ClickHouseReader
 from agl_stream.config import Settings
+from agl_stream.execution.local_stack import LocalStack
+from agl_stream.execution.process import agl_command
 from agl_stream.litagent import LitAgent
 from agl_stream.runner import LitAgentRunner
 from agl_stream.types import LLM
 from tests.agl_stream.client.pipeline import processors
 
 
+ROOT = Path(__file__).resolve().parents[4]
 TRIPLETS_SQL = ("SELECT RolloutId, TripletIndex, PromptTokenIds, ResponseTokenIds, Metadata FROM triplets FINAL "
                 "WHERE Decision = 'final' ORDER BY RolloutId, TripletIndex")
 
@@ -61,15 +67,39 @@ async def run_agent(settings: Settings, agent: LitAgent[Any], llm: LLM, tasks: S
         runner = LitAgentRunner(agent, settings, max_rollouts=len(tasks), heartbeat_interval=1.0)
         stats = await asyncio.wait_for(runner.run(), 180)
         assert stats.rollouts_succeeded == len(tasks) and stats.rollouts_failed == 0, stats
-        reader = ClickHouseReader(settings.effective_clickhouse_dsn)
-        try:
-            rows = await _wait_rows(reader, TRIPLETS_SQL, expected_triplets)
-            await _wait_rows(reader, "SELECT 1 FROM spans FINAL WHERE SpanName = 'openai.chat.completion'",
-                             expected_triplets)  # fmt: skip
-            span_rows = await _settled(reader, "SELECT RolloutId, SpanName, SpanAttributes FROM spans FINAL "
-                                               "ORDER BY RolloutId, Timestamp")  # fmt: skip
-        finally:
-            await reader.close()
+        return await _collect(settings, rollout_ids, expected_triplets)
+
+
+async def run_agent_in_venv(settings: Settings, python: Path, agent: str, llm: LLM, tasks: Sequence[dict[str, Any]],
+                            expected_triplets: int, *, timeout: float = 240.0) -> Run:  # fmt: skip
+    """As :func:`run_agent`, with the runner an ``agl-stream runner --agent MODULE:OBJECT`` process started by
+    ``python`` (the frameworks side venv: AutoGen and CrewAI cannot install beside the stack's pins); the
+    broker, processors and ClickHouse run here. The runner's output is in the failure message."""
+    async with processors(settings):
+        async with StoreClient(settings) as store:
+            await store.add_resources({"llm": llm})
+            rollout_ids = [(await store.enqueue_rollout(task, mode="train")).rollout_id for task in tasks]
+        env = {**os.environ, **LocalStack(settings).env(), "PYTHONPATH": str(ROOT)}
+        done = await asyncio.to_thread(
+            subprocess.run,
+            agl_command("runner", "--agent", agent, "--max-rollouts", str(len(tasks)), "--heartbeat-interval", "1",
+                        "--no-progress", python=python),
+            capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, f"runner exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        return await _collect(settings, rollout_ids, expected_triplets)
+
+
+async def _collect(settings: Settings, rollout_ids: list[str], expected_triplets: int) -> Run:
+    reader = ClickHouseReader(settings.effective_clickhouse_dsn)
+    try:
+        rows = await _wait_rows(reader, TRIPLETS_SQL, expected_triplets)
+        await _wait_rows(reader, "SELECT 1 FROM spans FINAL WHERE SpanName = 'openai.chat.completion'",
+                         expected_triplets)  # fmt: skip
+        span_rows = await _settled(reader, "SELECT RolloutId, SpanName, SpanAttributes FROM spans FINAL "
+                                           "ORDER BY RolloutId, Timestamp")  # fmt: skip
+    finally:
+        await reader.close()
     triplets: dict[str, list[TripletRow]] = {rid: [] for rid in rollout_ids}
     for rid, index, prompt, response, metadata in rows:
         triplets.setdefault(rid, []).append(TripletRow(rid, index, list(prompt), list(response), json.loads(metadata)))
