@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from agl_stream.config import Settings, SettingsError
+from agl_stream.execution.process import agl_command
 from agl_stream.env_var import resolve_bool_env_var, resolve_int_env_var
 
 
@@ -74,3 +76,15 @@ def test_bool_and_int_errors_and_fallbacks() -> None:
     assert resolve_bool_env_var("X", override=False, env={"X": "1"}) is False
     with pytest.raises(ValueError, match="not an integer"):
         resolve_int_env_var("N", env={"N": "1.5"})
+
+
+def test_runner_python_must_be_an_executable_and_reaches_the_runner_argv(tmp_path: Path) -> None:
+    assert Settings.from_env(env={}).runner_python is None
+    chosen = Settings.from_env(env={"AGL_RUNNER_PYTHON": sys.executable}).runner_python
+    assert chosen == Path(sys.executable)
+    assert agl_command("runner", "--agent", "m:a", python=chosen)[:3] == [sys.executable, "-m", "agl_stream.cli.main"]
+    not_executable = tmp_path / "python"
+    not_executable.write_text("")
+    for bad in (str(tmp_path / "missing"), str(not_executable)):
+        with pytest.raises(SettingsError, match="AGL_RUNNER_PYTHON"):
+            Settings.from_env(env={"AGL_RUNNER_PYTHON": bad})
