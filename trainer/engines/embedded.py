@@ -6,6 +6,12 @@ Endpoints (vLLM-compatible where it matters to agl-stream):
   Responses carry vLLM's ``return_token_ids`` fields: top-level ``prompt_token_ids`` and
   per-choice ``token_ids`` (always), ``logprobs`` when asked, plus ``policy_version`` (field and
   ``x-agl-policy-version`` header): the weights version that produced the completion.
+  Chat takes OpenAI ``tools`` / ``tool_choice`` and tool turns in the history, and answers with
+  ``tool_calls`` parsed from hermes ``<tool_call>`` blocks, as vLLM's
+  ``--enable-auto-tool-choice --tool-call-parser hermes`` does (see
+  :mod:`agl_stream_trainer.engines.tool_calls`). The token ids stay the raw generated ones; a
+  streamed answer with tools is held back and each choice comes as one chunk (content,
+  ``tool_calls``, all its token ids and logprobs) followed by its finish chunk.
 - ``GET /v1/models``, ``GET /health``.
 - ``POST /agl/v1/weights`` ``{"path": ".../model.safetensors", "version": N}`` swaps weights in
   process; ``GET /agl/v1/weights`` reports the served version.
@@ -36,6 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agl_stream_trainer.engines.base import Weights
 from agl_stream_trainer.engines.generation import Choice, Generator, GenRequest, GenResult
+from agl_stream_trainer.engines.tool_calls import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    ChatPlan,
+    ToolRequestError,
+    parse_tool_calls,
+    plan_chat,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +79,17 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
     content: Optional[Union[str, list[dict[str, Any]]]] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None  # assistant turns
+    tool_call_id: Optional[str] = None  # tool turns
 
 
 class ChatRequest(_Common):
     messages: list[ChatMessage]
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
 
 
 class WeightsRequest(BaseModel):
@@ -78,12 +97,9 @@ class WeightsRequest(BaseModel):
     version: int = Field(ge=0)
 
 
-def _flatten_content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+#: a tool whose name shows in the rendered probe only if the chat template renders ``tools``
+_PROBE_TOOL = {"type": "function", "function": {"name": "agl_probe_tool_5e1f", "description": "probe",
+                                                "parameters": {"type": "object", "properties": {}}}}
 
 
 def create_app(generator: Generator, model_name: str, default_max_tokens: int = 128) -> FastAPI:
@@ -105,6 +121,16 @@ def create_app(generator: Generator, model_name: str, default_max_tokens: int = 
 
     def _decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
+
+    # special tokens dropped before parsing tool calls, except the tags themselves (special in
+    # some vocabularies, where skip_special_tokens would erase them)
+    tag_ids = {tokenizer.get_vocab().get(t) for t in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE)}
+    drop_ids = frozenset(int(t) for t in tokenizer.all_special_ids) - tag_ids
+    template_renders_tools: list[bool] = []  # filled on the first chat request
+
+    def _tool_text(plan: ChatPlan, ids: list[int]) -> str:
+        """The text tool calls are parsed from: the pre-fill plus the generated tokens."""
+        return plan.prefill + tokenizer.decode([t for t in ids if t not in drop_ids], skip_special_tokens=False)
 
     async def _run(gen_req: GenRequest) -> GenResult:
         try:
@@ -161,42 +187,93 @@ def create_app(generator: Generator, model_name: str, default_max_tokens: int = 
             content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
         return {"content": content}
 
-    def _chat_prompt(body: ChatRequest) -> list[int]:
-        if getattr(body, "tools", None):
-            raise HTTPException(400, "tool calling is not supported by the embedded engine")
-        messages = [{"role": m.role, "content": _flatten_content(m.content)} for m in body.messages]
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def _renders_tools() -> bool:
+        """Whether the chat template renders ``tools=`` (probed once: SmolLM2's does not)."""
+        if not template_renders_tools:
+            probe = [{"role": "user", "content": "hi"}]
+            text = tokenizer.apply_chat_template(probe, tools=[_PROBE_TOOL], add_generation_prompt=True, tokenize=False)
+            template_renders_tools.append(_PROBE_TOOL["function"]["name"] in text)
+        return template_renders_tools[0]
+
+    def _chat_prompt(body: ChatRequest) -> tuple[list[int], ChatPlan]:
+        import jinja2
+
+        legacy = sorted({"functions", "function_call"} & set(body.model_extra or {}))
+        if legacy:
+            raise HTTPException(400, f"{', '.join(legacy)} (the legacy functions API) not supported; "
+                                     "use tools and tool_choice")
+        # plain chats never probe the template: they render exactly as before tools were supported
+        uses_tools = bool(body.tools) or any(m.tool_calls or m.role == "tool" for m in body.messages)
+        try:
+            plan = plan_chat([m.model_dump(exclude_none=True) for m in body.messages], tools=body.tools,
+                             tool_choice=body.tool_choice, parallel_tool_calls=body.parallel_tool_calls,
+                             template_renders_tools=uses_tools and _renders_tools())
+            ids = tokenizer.apply_chat_template(plan.messages, tools=plan.template_tools, add_generation_prompt=True,
+                                                tokenize=True)
+        except ToolRequestError as exc:
+            raise HTTPException(400, str(exc)) from None
+        except jinja2.TemplateError as exc:  # the template's own raise_exception(...) on messages it cannot render
+            raise HTTPException(400, f"the chat template cannot render these messages: {exc}") from None
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
-        return [int(t) for t in ids]
+        prompt = [int(t) for t in ids]
+        if plan.prefill:
+            prompt += tokenizer.encode(plan.prefill, add_special_tokens=False)
+        return prompt, plan
+
+    def _chat_message(plan: ChatPlan, choice: Choice) -> tuple[dict[str, Any], str]:
+        """(message, finish_reason) of a choice; tool calls are parsed only when tools are in play."""
+        if not plan.parse_names:
+            return {"role": "assistant", "content": _decode(choice.token_ids)}, choice.finish_reason
+        parsed = parse_tool_calls(_tool_text(plan, choice.token_ids), plan.parse_names, first_only=plan.first_call_only)
+        if not parsed.tool_calls:
+            return {"role": "assistant", "content": parsed.content}, choice.finish_reason
+        return {"role": "assistant", "content": parsed.content, "tool_calls": parsed.tool_calls}, "tool_calls"
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest) -> Any:
-        gen_req = _gen_request(body, _chat_prompt(body))
+        prompt_ids, plan = _chat_prompt(body)
+        gen_req = _gen_request(body, prompt_ids)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
-            return _stream(gen_req, rid, created, chat=True, want_logprobs=body.logprobs)
+            return _stream(gen_req, rid, created, chat=True, want_logprobs=body.logprobs, plan=plan)
         result = await _run(gen_req)
-        choices = [
-            {
+        choices = []
+        for i, c in enumerate(result.choices):
+            message, finish_reason = _chat_message(plan, c)
+            choices.append({
                 "index": i,
-                "message": {"role": "assistant", "content": _decode(c.token_ids)},
+                "message": message,
                 "logprobs": _chat_logprobs(c) if body.logprobs else None,
-                "finish_reason": c.finish_reason,
+                "finish_reason": finish_reason,
                 "token_ids": c.token_ids,
-            }
-            for i, c in enumerate(result.choices)
-        ]
+            })
         doc = {"id": rid, "object": "chat.completion", "created": created, "model": model_name, "choices": choices,
                "usage": _usage(result), "prompt_token_ids": result.prompt_ids, "policy_version": result.policy_version}
         return JSONResponse(doc, headers=_headers(result.policy_version))
 
     # ------------------------------------------------------------ streaming (SSE)
 
-    def _stream(gen_req: GenRequest, rid: str, created: int, *, chat: bool, want_logprobs: bool) -> StreamingResponse:
+    def _whole_delta(message: dict[str, Any]) -> dict[str, Any]:
+        """A held-back chat choice as one delta (tool calls numbered by ``index``, as OpenAI streams them)."""
+        delta: dict[str, Any] = {"role": "assistant"}
+        if message["content"] is not None:
+            delta["content"] = message["content"]
+        if "tool_calls" in message:
+            delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+        return delta
+
+    def _stream(gen_req: GenRequest, rid: str, created: int, *, chat: bool, want_logprobs: bool,
+                plan: Optional[ChatPlan] = None) -> StreamingResponse:
+        # With tools offered, whether the text is a call is known only at the end: each choice then
+        # comes whole in one chunk (content, tool_calls, all its token ids) before its finish chunk.
+        # Per-token chunks with an empty delta would not do: litellm (the ingest proxy) drops them,
+        # and their token ids with them.
+        held = plan if plan is not None and plan.parse_names else None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[int, int, float]] = asyncio.Queue()
-        gen_req.on_token = lambda i, tok, lp: loop.call_soon_threadsafe(events.put_nowait, (i, tok, lp))
+        if held is None:
+            gen_req.on_token = lambda i, tok, lp: loop.call_soon_threadsafe(events.put_nowait, (i, tok, lp))
         future = generator.submit(gen_req)
         version_at_submit = generator.policy_version
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -237,6 +314,14 @@ def create_app(generator: Generator, model_name: str, default_max_tokens: int = 
             for i, c in enumerate(result.choices):
                 final = {"index": i, "finish_reason": c.finish_reason, "token_ids": []}
                 final.update({"delta": {}} if chat else {"text": ""})
+                if held is not None:
+                    message, final["finish_reason"] = _chat_message(held, c)
+                    whole: dict[str, Any] = {"index": i, "delta": _whole_delta(message), "finish_reason": None,
+                                             "token_ids": c.token_ids}
+                    if want_logprobs:
+                        whole["logprobs"] = _chat_logprobs(c)
+                    yield chunk(whole, **({"prompt_token_ids": gen_req.prompt_ids} if first else {}))
+                    first = False
                 yield chunk(final, usage=_usage(result), policy_version=result.policy_version)
             yield "data: [DONE]\n\n"
 
