@@ -33,7 +33,18 @@ class Instrumentation:
     name: str  # also the AGL_INSTRUMENT_<NAME> switch
     library: str  # the import name of the instrumented library
     instrumentor: str  # "module:Class" of the OpenInference instrumentor
-    extra: str = "frameworks"  # the agl-stream extra that installs its tracing
+    extra: str = "frameworks"  # the agl-stream extra that installs its tracing, or SIDE_VENV
+
+    @property
+    def install_hint(self) -> str:
+        """What to install when the library is there and its tracing is not."""
+        if self.extra == SIDE_VENV:  # its pins clash with the stack's: no extra can carry it
+            return "pip install -c requirements/frameworks-venv-constraints.txt -r requirements/frameworks-venv.txt (make frameworks-venv)"
+        return f"pip install 'agl-stream[{self.extra}]'"
+
+
+#: frameworks that cannot install beside the stack's pins live in a side venv (``make frameworks-venv``)
+SIDE_VENV = "frameworks-venv"
 
 
 INSTRUMENTATIONS: tuple[Instrumentation, ...] = (
@@ -48,6 +59,11 @@ INSTRUMENTATIONS: tuple[Instrumentation, ...] = (
     Instrumentation("anthropic", "anthropic", "agl_stream.instrumentation.anthropic:AnthropicInstrumentor"),
     # OpenAI Agents SDK: agent and tool spans; its LLM calls are the OpenAI client's (docs/frameworks.md)
     Instrumentation("openai_agents", "agents", "openinference.instrumentation.openai_agents:OpenAIAgentsInstrumentor"),
+    # AutoGen AgentChat: agent (agent.name) and tool spans, MCP tools recorded once; LLM calls are the OpenAI client's
+    Instrumentation("autogen", "autogen_agentchat", "agl_stream.instrumentation.autogen:AutoGenInstrumentor",
+                    extra=SIDE_VENV),
+    # CrewAI: crew, agent (one per task, graph.node.id = role) and tool spans; its LLM calls are the OpenAI client's
+    Instrumentation("crewai", "crewai", "openinference.instrumentation.crewai:CrewAIInstrumentor", extra=SIDE_VENV),
 )
 
 _LOCK = threading.RLock()  # the hook runs at once, under the lock, when the library is already imported
@@ -80,7 +96,7 @@ def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] 
                 continue
             module_name, _, class_name = item.instrumentor.partition(":")
             if not _importable(module_name.rsplit(".", 1)[0]) or not _importable(module_name):
-                logger.warning("%s is installed but its tracing is not: pip install 'agl-stream[%s]'", item.library, item.extra)
+                logger.warning("%s is installed but its tracing is not: %s", item.library, item.install_hint)
                 continue
             ask_token_ids = item.name == "openai" and bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True, env=env))
             _ARMED.add(item.name)

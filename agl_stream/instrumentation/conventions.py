@@ -22,7 +22,9 @@ every original attribute (and the original span name under ``agl.source_span_nam
   the server sent them as extra fields of the message, vLLM's names (``prompt_token_ids``,
   ``token_ids``; see :mod:`agl_stream.instrumentation.anthropic`).
 * **LangGraph nodes** (CHAIN spans of ``openinference-instrumentation-langchain`` named after their
-  ``langgraph_node``) and **agents** (AGENT spans, e.g. of the OpenAI Agents SDK): ``agent.name``.
+  ``langgraph_node``) and **agents** (AGENT spans, e.g. of the OpenAI Agents SDK): ``agent.name``, the
+  span's OpenInference ``graph.node.id`` where it has one (CrewAI's agent role; its span is named
+  ``<role>.<task>._execute_core``), else its name.
 
 Pure functions of (name, attributes); spans without ``openinference.span.kind`` pass untouched.
 """
@@ -37,6 +39,8 @@ import agl_stream.semconv as semconv
 KIND = "openinference.span.kind"
 SOURCE_NAME = "agl.source_span_name"
 AGENT_NAME = "agent.name"
+#: OpenInference's graph node: the agent an AGENT span stands for, where its instrumentation sets it (CrewAI: the role)
+GRAPH_NODE_ID = "graph.node.id"
 #: OpenInference span names of OpenAI client calls whose output is a chat completion
 OPENAI_CHAT_SPANS = frozenset({"ChatCompletion"})
 #: a litellm SDK call as agl-stream's wrapper recorded it (OpenAI-shaped JSON), when no OpenAI client span did
@@ -59,7 +63,8 @@ def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any
     elif kind == "CHAIN" and AGENT_NAME not in attributes and _langgraph_node(attributes) == name:
         return name, {**attributes, AGENT_NAME: name}
     elif kind == "AGENT" and AGENT_NAME not in attributes:
-        return name, {**attributes, AGENT_NAME: name}
+        node = attributes.get(GRAPH_NODE_ID)
+        return name, {**attributes, AGENT_NAME: node if isinstance(node, str) and node else name}
     return name, attributes
 
 

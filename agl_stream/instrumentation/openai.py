@@ -4,8 +4,10 @@ Tracing the OpenAI client is OpenInference's job (``openinference-instrumentatio
 :mod:`agl_stream.instrumentation`): it records each call, streamed or not, with the full response
 the server sent, token ids included. What no tracing library does is *ask* for them: this patch adds
 ``return_token_ids`` (and ``logprobs``, for importance sampling) to every chat completion request,
-which vLLM and ``agl-stream serve`` understand. Turn it off with ``AGL_REQUEST_TOKEN_IDS=0`` for
-providers that reject unknown request fields.
+which vLLM and ``agl-stream serve`` understand. It wraps ``create`` (which ``stream`` and the
+raw-response wrappers call too) and ``parse``, the structured-output call (CrewAI's ``output_pydantic``,
+say), which posts its request without ``create``; sync and async. Turn it off with
+``AGL_REQUEST_TOKEN_IDS=0`` for providers that reject unknown request fields.
 """
 
 from __future__ import annotations
@@ -24,30 +26,43 @@ def _prepare(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def request_token_ids() -> None:
-    """Patch chat completions (sync and async, streamed or not) to ask for token ids; calling it twice is harmless."""
+def _asking(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *args, **_prepare(kwargs))
+
+    return method
+
+
+def _asking_async(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await original(self, *args, **_prepare(kwargs))
+
+    return method
+
+
+def _patched() -> list[tuple[type, str, Callable[..., Callable[..., Any]]]]:
+    """(class, method, wrapper) for each patched method: ``create`` and ``parse``, sync and async."""
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    if "sync" in _ORIGINALS:
+    return [(Completions, "create", _asking), (AsyncCompletions, "create", _asking_async),
+            (Completions, "parse", _asking), (AsyncCompletions, "parse", _asking_async)]  # fmt: skip
+
+
+def request_token_ids() -> None:
+    """Patch chat completions (sync and async, streamed or not, parsed or not) to ask for token ids; calling it
+    twice is harmless."""
+    if _ORIGINALS:
         return
-    sync_create, async_create = Completions.create, AsyncCompletions.create
-    _ORIGINALS.update(sync=sync_create, async_=async_create)
-
-    @functools.wraps(sync_create)
-    def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return sync_create(self, *args, **_prepare(kwargs))
-
-    @functools.wraps(async_create)
-    async def acreate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return await async_create(self, *args, **_prepare(kwargs))
-
-    Completions.create = create  # type: ignore[method-assign]
-    AsyncCompletions.create = acreate  # type: ignore[method-assign]
+    for cls, name, wrap in _patched():
+        original = getattr(cls, name)
+        _ORIGINALS[f"{cls.__name__}.{name}"] = original
+        setattr(cls, name, wrap(original))
 
 
 def stop_requesting_token_ids() -> None:
-    from openai.resources.chat.completions import AsyncCompletions, Completions
-
-    if "sync" in _ORIGINALS:
-        Completions.create = _ORIGINALS.pop("sync")  # type: ignore[method-assign]
-        AsyncCompletions.create = _ORIGINALS.pop("async_")  # type: ignore[method-assign]
+    for cls, name, _ in _patched():
+        original = _ORIGINALS.pop(f"{cls.__name__}.{name}", None)
+        if original is not None:
+            setattr(cls, name, original)

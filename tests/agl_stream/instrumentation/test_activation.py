@@ -24,3 +24,20 @@ def test_a_library_is_instrumented_when_the_agent_imports_it_not_before() -> Non
     assert {"openai", "langchain"} <= set(lines["armed"].split(",")), out.stdout
     assert lines["imported"] == "", out.stdout
     assert lines["active"] == "openai", out.stdout + out.stderr
+
+
+def test_the_install_hint_names_what_installs_each_tracing() -> None:
+    from pathlib import Path
+
+    from agl_stream.instrumentation import INSTRUMENTATIONS, SIDE_VENV
+
+    root = Path(__file__).resolve().parents[3]
+    side_venv_packages = (root / "requirements" / "frameworks-venv.txt").read_text()
+    pyproject = (root / "pyproject.toml").read_text()
+    for item in INSTRUMENTATIONS:
+        if item.extra == SIDE_VENV:  # its instrumentation package is pinned in the side venv's requirements
+            assert "requirements/frameworks-venv.txt" in item.install_hint
+            assert f"openinference-instrumentation-{item.library.split('_')[0]}" in side_venv_packages, item
+        elif item.extra != "base":
+            assert item.install_hint == f"pip install 'agl-stream[{item.extra}]'"
+            assert f"\n{item.extra} = [" in pyproject, item

@@ -124,6 +124,9 @@ def test_spans_without_openinference_attributes_pass_untouched() -> None:
     failed = {"openinference.span.kind": "LLM", "output.value": "boom"}
     assert normalize("ChatCompletion", failed) == ("ChatCompletion", failed)
     assert normalize("triage", {"openinference.span.kind": "AGENT"})[1]["agent.name"] == "triage"
+    # an agent span with an OpenInference graph node (CrewAI's task span, named after the task) is that agent
+    crewai_task = {"openinference.span.kind": "AGENT", "graph.node.id": "calculator"}
+    assert normalize("calculator.compute._execute_core", crewai_task)[1]["agent.name"] == "calculator"
 
 
 def test_tool_turns_keep_what_trace_to_messages_needs(traced: Any) -> None:

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from agl_stream.client import StoreClient
 from agl_stream.client.clickhouse_reader import ClickHouseReader
@@ -71,20 +71,22 @@ async def run_agent(settings: Settings, agent: LitAgent[Any], llm: LLM, tasks: S
 
 
 async def run_agent_in_venv(settings: Settings, python: Path, agent: str, llm: LLM, tasks: Sequence[dict[str, Any]],
-                            expected_triplets: int, *, timeout: float = 240.0) -> Run:  # fmt: skip
+                            expected_triplets: int, *, timeout: float = 240.0,
+                            env: Optional[Mapping[str, str]] = None) -> Run:  # fmt: skip
     """As :func:`run_agent`, with the runner an ``agl-stream runner --agent MODULE:OBJECT`` process started by
     ``python`` (the frameworks side venv: AutoGen and CrewAI cannot install beside the stack's pins); the
-    broker, processors and ClickHouse run here. The runner's output is in the failure message."""
+    broker, processors and ClickHouse run here. ``env`` adds to the runner's environment (a framework's
+    opt-outs of its own telemetry, say). The runner's output is in the failure message."""
     async with processors(settings):
         async with StoreClient(settings) as store:
             await store.add_resources({"llm": llm})
             rollout_ids = [(await store.enqueue_rollout(task, mode="train")).rollout_id for task in tasks]
-        env = {**os.environ, **LocalStack(settings).env(), "PYTHONPATH": str(ROOT)}
+        runner_env = {**os.environ, **LocalStack(settings).env(), "PYTHONPATH": str(ROOT), **(env or {})}
         done = await asyncio.to_thread(
             subprocess.run,
             agl_command("runner", "--agent", agent, "--max-rollouts", str(len(tasks)), "--heartbeat-interval", "1",
                         "--no-progress", python=python),
-            capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=runner_env,
         )  # fmt: skip
         assert done.returncode == 0, f"runner exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
         return await _collect(settings, rollout_ids, expected_triplets)

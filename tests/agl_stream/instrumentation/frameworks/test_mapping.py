@@ -146,3 +146,61 @@ def test_the_anthropic_stream_accumulator_keeps_the_deltas_token_ids() -> None:
     dumped = json.loads(snapshot.model_dump_json())
     assert dumped["content"][0]["text"] == "the end"
     assert dumped["prompt_token_ids"] == [1, 2, 3] and dumped["token_ids"] == [7, 8, 9]
+
+
+def autogen_spans() -> tuple[Any, Any, Any]:
+    """A provider with the AutoGen span processor, and tracers standing for OpenInference's AutoGen instrumentation
+    (its own tracer wrapper, which sets a span's kind again when it ends) and for AutoGen's and MCP's spans."""
+    from openinference.instrumentation import OITracer, TraceConfig
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agl_stream.instrumentation.autogen import AUTOGEN_SCOPE, MCP_SCOPE, AutoGenSpans
+
+    provider, exporter, processor = TracerProvider(), InMemorySpanExporter(), AutoGenSpans()
+    processor.active = True
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    autogen = OITracer(provider.get_tracer(AUTOGEN_SCOPE), config=TraceConfig())
+    return exporter, autogen, (provider.get_tracer("autogen-core"), provider.get_tracer(MCP_SCOPE))
+
+
+def test_autogen_agent_spans_are_named_after_their_agent() -> None:
+    pytest.importorskip("openinference.instrumentation")
+    exporter, autogen, _ = autogen_spans()
+    agent = {"openinference.span.kind": "AGENT"}
+    with autogen.start_as_current_span("solver.on_messages_stream", attributes={**agent, "graph.node.id": "solver"}):
+        pass  # an AssistantAgent's span
+    with autogen.start_as_current_span("user_proxy.on_messages_stream", attributes=agent):
+        pass  # another BaseChatAgent's span: no graph node
+    names = [(s.name, s.attributes.get("agent.name")) for s in exporter.get_finished_spans()]
+    assert names == [("solver.on_messages_stream", "solver"), ("user_proxy.on_messages_stream", "user_proxy")]
+    assert normalize("solver.on_messages_stream", dict(exporter.get_finished_spans()[0].attributes))[1][
+        "agent.name"] == "solver"  # fmt: skip
+
+
+def test_an_autogen_tool_call_is_one_tool_span() -> None:
+    """An MCP tool call inside AutoGen's tool span is the record (AutoGen's becomes CHAIN, however many spans lie
+    between, though OpenInference sets the kind again at the end); other tools and MCP calls outside keep theirs."""
+    pytest.importorskip("openinference.instrumentation")
+    from agl_stream.instrumentation.autogen import RECORDED_BY
+    from agl_stream.instrumentation.mcp import tool_call_attributes
+
+    exporter, autogen, (core, mcp) = autogen_spans()
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "calculate", "input.value": '{"expression": "6 * 7"}'}
+    with autogen.start_as_current_span("checker.calculate", attributes=tool):
+        with core.start_as_current_span("execute_tool calculate"):
+            with mcp.start_as_current_span("calculate.tool", attributes=tool_call_attributes("calculate", {})):
+                pass
+    with autogen.start_as_current_span("multiplier.multiply", attributes={**tool, "tool.name": "multiply"}):
+        with core.start_as_current_span("execute_tool multiply"):
+            pass
+    with mcp.start_as_current_span("lookup.tool", attributes=tool_call_attributes("lookup", {})):
+        pass
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    kinds = {name: s.attributes.get("openinference.span.kind") for name, s in spans.items()}
+    assert kinds == {"calculate.tool": "TOOL", "execute_tool calculate": None, "checker.calculate": "CHAIN",
+                     "execute_tool multiply": None, "multiplier.multiply": "TOOL", "lookup.tool": "TOOL"}  # fmt: skip
+    assert spans["checker.calculate"].attributes[RECORDED_BY] == format(spans["calculate.tool"].context.span_id, "016x")
+    assert RECORDED_BY not in spans["multiplier.multiply"].attributes
