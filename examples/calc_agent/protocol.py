@@ -1,6 +1,7 @@
 """The calculator protocol a 135M model can learn: a plain-text call the agent parses.
 
-The embedded CPU engine has no native tool calling (SmolLM2-135M's chat template has none), so the
+SmolLM2-135M's chat template has no tool calling; the embedded engine's hermes-style tool calling
+(``<tool_call>`` JSON, docs/frameworks.md) is more than it reliably writes, so the
 call is a line of text: ``CALC <expression>``. The agent evaluates the expression with the safe
 calculator of ``examples.arithmetic`` and sends ``RESULT <value>`` back as the next user turn;
 the model then answers with the number. Every LLM call is one triplet.

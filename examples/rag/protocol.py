@@ -1,6 +1,7 @@
 """The search protocol a 135M model can follow, and the answer scoring (exact match and token F1).
 
-The embedded CPU engine has no native tool calling (SmolLM2's chat template has none), so the call
+SmolLM2's chat template has no tool calling, and the embedded engine's hermes-style tool calling
+(``<tool_call>`` JSON, docs/frameworks.md) is more than a 135M model reliably writes, so the call
 is a line of text, as in ``examples/calc_agent``: ``SEARCH <query>``. The agent runs the query
 through the MCP ``retrieve`` tool and sends ``RESULTS`` (the passages) or ``ERROR`` (the tool's
 error) back as the next user turn; the model then answers in a few words. A first reply without a
