@@ -97,10 +97,14 @@ chaos: setup
 	$(BIN)/python -m pytest tests/faults -m chaos -rs --count $(RUNS) --repeat-scope session $(PYTEST_ARGS)
 
 # Re-record the golden data with upstream agentlightning 0.3.0 (in the side venv of `make upstream`):
-# the adapter parity corpus and the sequence ids of upstream-exported OTLP deliveries.
-golden:
+# the adapter parity corpus, the sequence ids of upstream-exported OTLP deliveries, and the framework
+# agents' LLM calls (recorded with .venv's frameworks) with upstream's answer for them (replayed in
+# .agl/upstream-frameworks-venv: agentlightning 0.3.0 plus the Anthropic SDK, pinned by
+# tests/agl_stream/adapter/golden/upstream-frameworks-constraints.txt; made by the script when missing).
+golden: setup frameworks-venv
 	$(PYTHON) -m tests.agl_stream.adapter.golden.generate
 	$(PYTHON) -m tests.agl_stream.adapter.golden.generate_sequence_ids
+	$(PYTHON) -m tests.agl_stream.adapter.golden.generate_frameworks --agl-python $(BIN)/python
 
 constraints: setup
 	$(PIP) freeze --exclude-editable | grep -v "^agl-stream" | sed "s/^torch==2.13.0+cpu/torch==2.13.0/" > $(CONSTRAINTS).new && mv $(CONSTRAINTS).new $(CONSTRAINTS)

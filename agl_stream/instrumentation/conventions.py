@@ -121,7 +121,8 @@ def _request(request: Mapping[str, Any]) -> dict[str, Any]:
             continue
         attrs[f"gen_ai.prompt.{i}.role"] = str(message.get("role", ""))
         content = message.get("content")
-        attrs[f"gen_ai.prompt.{i}.content"] = content if isinstance(content, str) else json.dumps(content)
+        if content is not None:  # a turn that only calls tools has none; upstream's spans leave it out too
+            attrs[f"gen_ai.prompt.{i}.content"] = content if isinstance(content, str) else json.dumps(content)
         if isinstance(message.get("tool_call_id"), str):  # a tool result answers this call
             attrs[f"gen_ai.prompt.{i}.tool_call_id"] = message["tool_call_id"]
         for j, call in enumerate(c for c in message.get("tool_calls") or [] if isinstance(c, dict)):  # an assistant's calls

@@ -29,6 +29,20 @@ REQUIRED_SHAPES: tuple[str, ...] = (
     "streaming_call",
 )
 
+#: The framework golden cases (``generate_frameworks.py``): each framework's LLM calls, recorded from the real
+#: agent, and upstream's answer for the same calls made through its own runner and tracers.
+FRAMEWORKS_PATH = HERE / "frameworks.json"
+FRAMEWORKS_REGENERATE_COMMAND = "make golden  (or: python3 -m tests.agl_stream.adapter.golden.generate_frameworks)"
+#: pins of the framework SDKs upstream's replay needs beside agentlightning 0.3.0 (``.agl/upstream-frameworks-venv``)
+UPSTREAM_FRAMEWORKS_CONSTRAINTS_PATH = HERE / "upstream-frameworks-constraints.txt"
+#: Frameworks the corpus must hold a case of (the case's ``framework``, also one of its shapes).
+REQUIRED_FRAMEWORKS: tuple[str, ...] = (
+    "framework_openai_agents",
+    "framework_litellm",
+    "framework_anthropic",
+    "framework_langgraph",
+)
+
 #: Arrival orders every case is delivered in, each with and without sender-supplied sequence ids.
 ORDERS: tuple[str, ...] = ("creation", "end", "shuffled")
 SEQUENCE_MODES: tuple[str, ...] = ("sequence_ids", "no_sequence_ids")
