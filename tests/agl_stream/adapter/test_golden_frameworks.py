@@ -161,7 +161,7 @@ def test_the_case_registry_is_the_recorded_one() -> None:
     anything."""
     for case in CASES:
         registered = CASES_BY_NAME[case["name"]]
-        recorded = {k: case[k] for k in ("agent", "task", "api", "client", "provider", "python", "script")}
+        recorded = {k: case[k] for k in ("agent", "task", "api", "client", "provider", "python", "script", "env")}
         assert recorded == {k: getattr(registered, k) for k in recorded}, f"{case['name']}: run `make golden`"
     assert sorted(CASES_BY_NAME) == sorted(case["name"] for case in CASES), "run `make golden`"
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from tests.agl_stream.adapter.golden.replay_vllm import ReplayVllm
+from tests.agl_stream.instrumentation.frameworks.crewai_agents import CREWAI_OFFLINE
 
 ROOT = Path(__file__).resolve().parents[4]
 MODULE = "tests.agl_stream.adapter.golden.frameworks"
@@ -69,13 +70,18 @@ class FrameworkCase:
     provider: Optional[str] = None
     python: Literal["main", "frameworks"] = "main"  #: the venv the agent runs in (see the module doc)
     shapes: tuple[str, ...] = field(default_factory=tuple)
+    #: what the agent's process needs in its environment (a framework's offline opt-outs); the cases of one venv
+    #: share a process, so they must not disagree on a variable
+    env: dict[str, str] = field(default_factory=dict)
 
 
 #: Adding a framework is one entry here: its agent (an agl-stream rollout taking ``(task, llm)`` whose LLM calls go
 #: to ``llm.endpoint`` with ``llm.model``), a task the ``script`` answers, ``python="frameworks"`` when it installs
-#: only in the side venv; then its ``framework`` goes into ``spec.REQUIRED_FRAMEWORKS`` and ``make golden`` records it.
-LITELLM = "tests.agl_stream.instrumentation.frameworks.test_litellm:litellm_agent"
-ANTHROPIC = "tests.agl_stream.instrumentation.frameworks.test_anthropic:anthropic_agent"
+#: only in the side venv, ``env`` when its process needs some; then its ``framework`` goes into
+#: ``spec.REQUIRED_FRAMEWORKS`` and ``make golden`` records it.
+FRAMEWORK_TESTS = "tests.agl_stream.instrumentation.frameworks"
+LITELLM = f"{FRAMEWORK_TESTS}.test_litellm:litellm_agent"
+ANTHROPIC = f"{FRAMEWORK_TESTS}.test_anthropic:anthropic_agent"
 FRAMEWORK_CASES: tuple[FrameworkCase, ...] = (
     FrameworkCase(
         "framework_openai_agents", "framework_openai_agents",
@@ -131,6 +137,24 @@ FRAMEWORK_CASES: tuple[FrameworkCase, ...] = (
         {"question": "What is 2 + 2?", "answer": "4"},
         "The LangGraph example (ChatOpenAI): a planner node's call, then a writer node's streamed call.",
         script=f"{MODULE}:langgraph_script", shapes=("multiple_llm_calls", "streaming_call", "reward_final"),
+    ),
+    FrameworkCase(
+        "framework_autogen", "framework_autogen", f"{FRAMEWORK_TESTS}.autogen_agents:calc_team",
+        {"a": 6, "b": 7, "stream": False, "mcp": "workbench"},
+        "AutoGen AgentChat RoundRobinGroupChat (test_autogen's team): multiplier calls a multiply FunctionTool and "
+        "states the product, then checker checks it with mcp-server-calculator's calculate over stdio (an "
+        "McpWorkbench) and confirms it (four OpenAIChatCompletionClient calls).",
+        script=f"{FRAMEWORK_TESTS}.test_autogen:calc_team_model", python="frameworks",
+        shapes=("multiple_llm_calls", "tool_calls", "reward_final"),
+    ),
+    FrameworkCase(
+        "framework_crewai", "framework_crewai", f"{FRAMEWORK_TESTS}.crewai_agents:crewai_agent",
+        {"a": 6, "b": 7, "stream": False, "kickoff": "sync"},
+        "CrewAI sequential crew (test_crewai's): calculator asks for the multiply tool and states its result, then "
+        "writer reports it as structured output (output_pydantic: the openai client's parse); three calls through "
+        "CrewAI's native OpenAI provider.",
+        script=f"{FRAMEWORK_TESTS}.test_crewai:crew_model", python="frameworks", env=CREWAI_OFFLINE,
+        shapes=("multiple_llm_calls", "tool_calls", "reward_final"),
     ),
 )  # fmt: skip
 CASES_BY_NAME = {case.name: case for case in FRAMEWORK_CASES}
@@ -268,13 +292,25 @@ async def _capture(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return captured
 
 
+def process_env(cases: list[FrameworkCase]) -> dict[str, str]:
+    """The environment of one venv's agent process: every case's ``env`` over :func:`subprocess_env`."""
+    env: dict[str, str] = {}
+    for case in cases:
+        clash = {k for k, v in case.env.items() if env.get(k, v) != v}
+        if clash:
+            raise ValueError(f"{case.name} sets {sorted(clash)} otherwise than another case of its venv")
+        env.update(case.env)
+    return {**subprocess_env(), **env}
+
+
 def capture_in(python: Path, plan: list[dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
     """:func:`_capture` in a process of ``python`` (the case's venv); its output is in the error if it fails."""
     venv = python.parent.parent.name
     plan_path, out = workdir / f"capture-plan-{venv}.json", workdir / f"capture-{venv}.json"
     plan_path.write_text(json.dumps(plan))
+    env = process_env([CASES_BY_NAME[item["case"]] for item in plan])
     done = subprocess.run([str(python), "-m", MODULE, "capture", "--plan", str(plan_path), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=subprocess_env(), cwd=ROOT)  # fmt: skip
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)  # fmt: skip
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"capturing {[p['case'] for p in plan]} with {python} failed (exit {done.returncode}):\n"
                            f"{done.stdout[-3000:]}\n{done.stderr[-8000:]}")  # fmt: skip

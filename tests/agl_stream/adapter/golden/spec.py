@@ -41,6 +41,8 @@ REQUIRED_FRAMEWORKS: tuple[str, ...] = (
     "framework_litellm",
     "framework_anthropic",
     "framework_langgraph",
+    "framework_autogen",
+    "framework_crewai",
 )
 
 #: Arrival orders every case is delivered in, each with and without sender-supplied sequence ids.
