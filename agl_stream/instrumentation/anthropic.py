@@ -28,10 +28,11 @@ import functools
 import importlib
 import json
 import logging
-import threading
 from typing import Any, Callable, Collection, Optional
 
 from wrapt import wrap_function_wrapper
+
+from agl_stream.instrumentation._extension import OpenInferenceExtension
 
 logger = logging.getLogger(__name__)
 
@@ -129,68 +130,46 @@ class _ToolSpans:
             return result
 
 
-class _State:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.openinference: Any = None  # OpenInference's instrumentor, while instrumented
-        self.tools = _ToolSpans()
-        self.tools_wrapped = False
+_TOOLS = _ToolSpans()
 
 
-_STATE = _State()
-
-
-class AnthropicInstrumentor:
+class AnthropicInstrumentor(OpenInferenceExtension):
     """OpenInference's Anthropic instrumentation plus token ids in streams and tool spans (see the module doc).
 
     The registry (:mod:`agl_stream.instrumentation`) instruments it when the agent imports ``anthropic``."""
 
+    library = "anthropic"
+    openinference = "openinference.instrumentation.anthropic:AnthropicInstrumentor"
+    _tools_wrapped = False
+
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("anthropic >= 0.40",)
 
-    def instrument(self, tracer_provider: Any = None, **kwargs: Any) -> None:
-        from opentelemetry import trace as otel_trace
+    def _after(self, provider: Any) -> None:
+        for module_name in ACCUMULATORS:
+            module = _optional_module(module_name)
+            if module is not None and not hasattr(module.accumulate_event, "_agl_original"):
+                module.accumulate_event = _keeping_token_ids(module.accumulate_event)
+        _TOOLS.tracer = provider.get_tracer(__name__)
+        if not AnthropicInstrumentor._tools_wrapped and _optional_module(TOOLS_MODULE) is not None:
+            wrap_function_wrapper(TOOLS_MODULE, "BetaFunctionTool.call", _TOOLS.sync_call)
+            wrap_function_wrapper(TOOLS_MODULE, "BetaAsyncFunctionTool.call", _TOOLS.async_call)
+            AnthropicInstrumentor._tools_wrapped = True
 
-        with _STATE.lock:
-            if _STATE.openinference is not None:
-                return
-            try:
-                from openinference.instrumentation.anthropic import AnthropicInstrumentor as OpenInference
-            except ImportError:
-                logger.warning("anthropic is installed but its tracing is not: pip install 'agl-stream[frameworks]'")
-                return
-            provider = tracer_provider or otel_trace.get_tracer_provider()
-            _STATE.openinference = OpenInference()
-            _STATE.openinference.instrument(tracer_provider=provider)
-            for module_name in ACCUMULATORS:
-                module = _optional_module(module_name)
-                if module is not None and not hasattr(module.accumulate_event, "_agl_original"):
-                    module.accumulate_event = _keeping_token_ids(module.accumulate_event)
-            _STATE.tools.tracer = provider.get_tracer(__name__)
-            if not _STATE.tools_wrapped and _optional_module(TOOLS_MODULE) is not None:
-                wrap_function_wrapper(TOOLS_MODULE, "BetaFunctionTool.call", _STATE.tools.sync_call)
-                wrap_function_wrapper(TOOLS_MODULE, "BetaAsyncFunctionTool.call", _STATE.tools.async_call)
-                _STATE.tools_wrapped = True
-
-    def uninstrument(self, **kwargs: Any) -> None:
+    def _retract(self) -> None:
         from opentelemetry.instrumentation.utils import unwrap
 
-        with _STATE.lock:
-            if _STATE.openinference is None:
-                return
-            _STATE.openinference.uninstrument()
-            _STATE.openinference = None
-            for module_name in ACCUMULATORS:
-                module = _optional_module(module_name)
-                original = getattr(getattr(module, "accumulate_event", None), "_agl_original", None)
-                if original is not None:
-                    module.accumulate_event = original  # type: ignore[union-attr]
-            _STATE.tools.tracer = None
-            if _STATE.tools_wrapped:
-                tools = importlib.import_module(TOOLS_MODULE)
-                for class_name in TOOL_CLASSES:
-                    unwrap(getattr(tools, class_name), "call")
-                _STATE.tools_wrapped = False
+        for module_name in ACCUMULATORS:
+            module = _optional_module(module_name)
+            original = getattr(getattr(module, "accumulate_event", None), "_agl_original", None)
+            if original is not None:
+                module.accumulate_event = original  # type: ignore[union-attr]
+        _TOOLS.tracer = None
+        if AnthropicInstrumentor._tools_wrapped:
+            tools = importlib.import_module(TOOLS_MODULE)
+            for class_name in TOOL_CLASSES:
+                unwrap(getattr(tools, class_name), "call")
+            AnthropicInstrumentor._tools_wrapped = False
 
 
 def _optional_module(name: str) -> Any:

@@ -34,12 +34,12 @@ AGENT spans and its TOOL spans around MCP tool calls, nothing else.
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
 from typing import Any, Collection, Optional
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+from agl_stream.instrumentation._extension import OpenInferenceExtension
 
 logger = logging.getLogger(__name__)
 
@@ -119,47 +119,14 @@ class AutoGenSpans(SpanProcessor):
         return True
 
 
-@dataclass
-class _State:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    openinference: Any = None  # OpenInference's instrumentor, while instrumented
-    spans: AutoGenSpans = field(default_factory=AutoGenSpans)
-    providers: list[Any] = field(default_factory=list)  # providers the processor was added to (never removed)
-
-
-_STATE = _State()
-
-
-class AutoGenInstrumentor:
+class AutoGenInstrumentor(OpenInferenceExtension):
     """OpenInference's AutoGen AgentChat instrumentation plus :class:`AutoGenSpans` (see the module doc).
 
     The registry (:mod:`agl_stream.instrumentation`) instruments it when the agent imports ``autogen_agentchat``."""
 
+    library = "autogen_agentchat"
+    openinference = "openinference.instrumentation.autogen_agentchat:AutogenAgentChatInstrumentor"
+    processor = AutoGenSpans()
+
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("autogen-agentchat >= 0.5.1",)
-
-    def instrument(self, tracer_provider: Any = None, **kwargs: Any) -> None:
-        with _STATE.lock:
-            if _STATE.openinference is not None:
-                return
-            try:
-                from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
-            except ImportError:
-                logger.warning("autogen_agentchat is installed but its tracing is not: "
-                               "pip install openinference-instrumentation-autogen-agentchat")  # fmt: skip
-                return
-            provider = tracer_provider or otel_trace.get_tracer_provider()
-            if provider not in _STATE.providers and hasattr(provider, "add_span_processor"):
-                provider.add_span_processor(_STATE.spans)
-                _STATE.providers.append(provider)
-            _STATE.openinference = AutogenAgentChatInstrumentor()
-            _STATE.openinference.instrument(tracer_provider=provider)
-            _STATE.spans.active = True
-
-    def uninstrument(self, **kwargs: Any) -> None:
-        with _STATE.lock:
-            if _STATE.openinference is None:
-                return
-            _STATE.openinference.uninstrument()
-            _STATE.openinference = None
-            _STATE.spans.active = False

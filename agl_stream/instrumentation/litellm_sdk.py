@@ -31,14 +31,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping, Optional
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from agl_stream.instrumentation._extension import OpenInferenceExtension
 from agl_stream.instrumentation.conventions import LITELLM_REQUEST, LITELLM_RESPONSE, OPENAI_CHAT_SPANS
 
 logger = logging.getLogger(__name__)
@@ -90,16 +90,7 @@ class _DelegationMarker(SpanProcessor):
         return True
 
 
-@dataclass
-class _State:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    openinference: Any = None  # OpenInference's instrumentor, while instrumented
-    originals: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    marker: _DelegationMarker = field(default_factory=_DelegationMarker)
-    marked_providers: list[Any] = field(default_factory=list)  # providers the marker was added to (never removed)
-
-
-_STATE = _State()
+_ORIGINALS: dict[str, Callable[..., Any]] = {}  # litellm's functions our wrappers replaced, while instrumented
 
 
 def _jsonable(value: Any) -> Any:
@@ -283,49 +274,32 @@ def _wrap(original: Callable[..., Any], is_async: bool, ask_token_ids: bool) -> 
     return completion
 
 
-class LiteLLMInstrumentor:
+class LiteLLMInstrumentor(OpenInferenceExtension):
     """OpenInference's litellm instrumentation plus the recording and the delegation rule of the module doc.
 
     The registry (:mod:`agl_stream.instrumentation`) instruments it when the agent imports ``litellm``."""
 
+    library = "litellm"
+    openinference = "openinference.instrumentation.litellm:LiteLLMInstrumentor"
+    processor = _DelegationMarker()
+
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("litellm >= 1.0",)
 
-    def instrument(self, tracer_provider: Any = None, **kwargs: Any) -> None:
+    def _before(self, provider: Any) -> None:
+        """Ours first, so that OpenInference's wrapper (and its span) is around ours."""
         import litellm
 
         from agl_stream.env_var import resolve_bool_env_var
 
-        with _STATE.lock:
-            if _STATE.openinference is not None:
-                return
-            try:
-                from openinference.instrumentation.litellm import LiteLLMInstrumentor as OpenInference
-            except ImportError:
-                logger.warning("litellm is installed but its tracing is not: pip install 'agl-stream[frameworks]'")
-                return
-            provider = tracer_provider or otel_trace.get_tracer_provider()
-            ask = bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True))
-            # ours first, so that OpenInference's wrapper (and its span) is around ours
-            for name in WRAPPED:
-                _STATE.originals[name] = getattr(litellm, name)
-                setattr(litellm, name, _wrap(_STATE.originals[name], name == "acompletion", ask))
-            _STATE.openinference = OpenInference()
-            _STATE.openinference.instrument(tracer_provider=provider)
-            if provider not in _STATE.marked_providers and hasattr(provider, "add_span_processor"):
-                provider.add_span_processor(_STATE.marker)
-                _STATE.marked_providers.append(provider)
-            _STATE.marker.active = True
+        ask = bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True))
+        for name in WRAPPED:
+            _ORIGINALS[name] = getattr(litellm, name)
+            setattr(litellm, name, _wrap(_ORIGINALS[name], name == "acompletion", ask))
 
-    def uninstrument(self, **kwargs: Any) -> None:
+    def _retract(self) -> None:
         import litellm
 
-        with _STATE.lock:
-            if _STATE.openinference is None:
-                return
-            _STATE.openinference.uninstrument()  # puts our wrappers back
-            _STATE.openinference = None
-            for name, original in _STATE.originals.items():
-                setattr(litellm, name, original)
-            _STATE.originals.clear()
-            _STATE.marker.active = False
+        for name, original in _ORIGINALS.items():  # OpenInference's uninstrument put our wrappers back
+            setattr(litellm, name, original)
+        _ORIGINALS.clear()
