@@ -10,12 +10,13 @@ The runners are the client's: a job enqueues tasks and waits for their outcomes,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from agl_stream.algorithm import RolloutResults, run_dataset
 from agl_stream.client import StoreClient
@@ -262,16 +263,20 @@ class JobManager:
         from agl_stream_trainer.config import TrainerConfig
         from agl_stream_trainer.rl import RL
 
-        job.update(state="running")
-        job.save()
         started = time.monotonic()
         spec = job.spec
-        results: Optional[RolloutResults] = None
         evaluations: list[EvalResult] = []
-        try:
+
+        def stopped(reason: str) -> None:  # the partial result: what was trained and evaluated so far
+            job.result = TrainingResult(job_id=job.status.job_id, state="stopped", stop_reason=reason,
+                                        steps=job.status.step, policy_version=job.status.policy_version,
+                                        training_time_s=time.monotonic() - started, evaluations=evaluations).model_dump(mode="json")  # fmt: skip
+
+        async with _running(job, on_stopped=stopped), contextlib.AsyncExitStack() as cleanup:
             train = await self.datasets.items(spec["data_id"], "train")
             test = await self.datasets.items(spec["data_id"], "test") if spec["has_test"] else []
             results = await RolloutResults(self.settings).start()
+            cleanup.push_async_callback(results.stop)
 
             async def evaluate_at(step: int) -> None:
                 evaluations.append(await self._evaluate_items(f"{job.status.job_id}-step{step}", test, results,
@@ -294,19 +299,6 @@ class JobManager:
                 validation={k: report[k] for k in ("val_before", "val_after", "validation", "validation_reward") if k in report},
             ).model_dump(mode="json")  # fmt: skip
             job.update(state="succeeded", stop_reason=report.get("stop_reason"), finished_at=time.time())
-        except asyncio.CancelledError:
-            reason = job.stopping or "the server stopped"
-            job.update(state="stopped", stop_reason=reason, finished_at=time.time())
-            job.result = TrainingResult(job_id=job.status.job_id, state="stopped", stop_reason=reason,
-                                        steps=job.status.step, policy_version=job.status.policy_version,
-                                        training_time_s=time.monotonic() - started, evaluations=evaluations).model_dump(mode="json")  # fmt: skip
-        except Exception as exc:
-            logger.exception("job %s failed", job.status.job_id)
-            job.update(state="failed", error=f"{type(exc).__name__}: {exc}", finished_at=time.time())
-        finally:
-            if results is not None:
-                await results.stop()
-            job.save()
 
     async def _history(self, run_id: str, steps: int, timeout: float = 60.0) -> list[StepPoint]:
         """The run's ``training_steps`` rows, once the sinks have written all ``steps`` of them."""
@@ -355,12 +347,10 @@ class JobManager:
         from agl_stream_trainer.publisher import WeightPublisher
         from agl_stream_trainer.service import start_engine
 
-        job.update(state="running")
-        job.save()
         closers: list[Any] = []
-        producer = results = None
         spec = job.spec
-        try:
+        async with _running(job), contextlib.AsyncExitStack() as cleanup:
+            cleanup.push_async_callback(_close_all, closers)  # the engine, last
             name = spec["checkpoint"]
             if name is None:
                 model_dir, version = await asyncio.to_thread(resolve_model_dir, self.trainer_config["model"]), 0
@@ -374,30 +364,17 @@ class JobManager:
             engine_config = EngineConfig.model_validate(self.trainer_config.get("engine") or {})
             engine = await start_engine(self.settings, engine_config, model_dir, "policy", closers)
             producer = await RecordProducer(self.settings).start()
+            cleanup.push_async_callback(producer.stop)
             resources_id = f"eval-{job.status.job_id}"
             publisher = WeightPublisher(engine, producer, self.settings, resources_id=resources_id,
                                         sampling_parameters=self.trainer_config.get("sampling_parameters"))  # fmt: skip
             await publisher.announce(version)
             results = await RolloutResults(self.settings).start()
+            cleanup.push_async_callback(results.stop)
             result = await self._evaluate_items(job.status.job_id, spec["items"], results, name, version,
                                                 resources_id=resources_id, threshold=spec["success_threshold"])  # fmt: skip
             job.result = result.model_dump(mode="json")
             job.update(state="succeeded", reward_mean=result.mean_reward, finished_at=time.time())
-        except asyncio.CancelledError:
-            job.update(state="stopped", stop_reason=job.stopping or "the server stopped", finished_at=time.time())
-        except Exception as exc:
-            logger.exception("job %s failed", job.status.job_id)
-            job.update(state="failed", error=f"{type(exc).__name__}: {exc}", finished_at=time.time())
-        finally:
-            if results is not None:
-                await results.stop()
-            if producer is not None:
-                await producer.stop()
-            for close in reversed(closers):
-                outcome = close()
-                if asyncio.iscoroutine(outcome):
-                    await outcome
-            job.save()
 
     async def _evaluate_items(self, eval_id: str, items: list[dict[str, Any]], results: RolloutResults,
                               checkpoint: Optional[str], version: int, *, resources_id: Optional[str] = None,
@@ -449,3 +426,32 @@ class JobManager:
                 job.stopping = "the server stopped"
                 job.task.cancel()
                 await asyncio.gather(job.task, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def _running(job: Job, on_stopped: Optional[Callable[[str], None]] = None) -> AsyncIterator[None]:
+    """A job's run: ``running`` while the body runs, then ``stopped`` (cancelled: the client's stop, a silent
+    client or the server's shutdown), ``failed`` (with the error) or whatever the body set; saved either way.
+    The body's own clean-up (an exit stack inside) runs first."""
+    job.update(state="running")
+    job.save()
+    try:
+        yield
+    except asyncio.CancelledError:
+        reason = job.stopping or "the server stopped"
+        job.update(state="stopped", stop_reason=reason, finished_at=time.time())
+        if on_stopped is not None:
+            on_stopped(reason)
+    except Exception as exc:
+        logger.exception("job %s failed", job.status.job_id)
+        job.update(state="failed", error=f"{type(exc).__name__}: {exc}", finished_at=time.time())
+    finally:
+        job.save()
+
+
+async def _close_all(closers: list[Any]) -> None:
+    """Call ``closers`` in reverse order, awaiting those that are coroutines (the engine's are)."""
+    for close in reversed(closers):
+        outcome = close()
+        if asyncio.iscoroutine(outcome):
+            await outcome
