@@ -55,9 +55,14 @@ class Retriever:
 
     def search(self, query: str, k: int) -> list[Passage]:
         """The ``k`` best passages with a positive score (none when no query word is in the corpus)."""
+        return [self.passages[i] for i, _ in self.scored(query, k)]
+
+    def scored(self, query: str, k: int) -> list[tuple[int, float]]:
+        """(corpus position, BM25 score) of the ``k`` best passages with a positive score, best first
+        (the ported upstream retriever returns both, as upstream's returns FAISS ids and distances)."""
         ids = self.tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)
         found, scores = self.index.retrieve(ids, k=min(k, len(self.passages)), show_progress=False)
-        return [self.passages[int(i)] for i, s in zip(found[0], scores[0]) if s > 0]
+        return [(int(i), float(s)) for i, s in zip(found[0], scores[0]) if s > 0]
 
 
 def build_server(corpus: Path = CORPUS) -> Any:
