@@ -57,8 +57,8 @@ INSTRUMENTATIONS: tuple[Instrumentation, ...] = (
     Instrumentation("litellm", "litellm", "agl_stream.instrumentation.litellm_sdk:LiteLLMInstrumentor"),
     # Anthropic Messages calls, token ids when the server sends them, tool-runner tools (instrumentation/anthropic.py)
     Instrumentation("anthropic", "anthropic", "agl_stream.instrumentation.anthropic:AnthropicInstrumentor"),
-    # OpenAI Agents SDK: agent and tool spans; its LLM calls are the OpenAI client's (docs/frameworks.md)
-    Instrumentation("openai_agents", "agents", "openinference.instrumentation.openai_agents:OpenAIAgentsInstrumentor"),
+    # OpenAI Agents SDK: agent and tool spans, MCP tools recorded once; LLM calls are the OpenAI client's
+    Instrumentation("openai_agents", "agents", "agl_stream.instrumentation.openai_agents:OpenAIAgentsInstrumentor"),
     # AutoGen AgentChat: agent (agent.name) and tool spans, MCP tools recorded once; LLM calls are the OpenAI client's
     Instrumentation("autogen", "autogen_agentchat", "agl_stream.instrumentation.autogen:AutoGenInstrumentor",
                     extra=SIDE_VENV),

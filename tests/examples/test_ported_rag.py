@@ -145,8 +145,10 @@ def test_rag_agent_over_sse_tool_turns_token_ids_and_rewards(port_dir: Path, tmp
             "SpanAttributes['mcp.tool.is_error'], SpanId, ParentSpanId FROM spans FINAL "
             "WHERE SpanAttributes['openinference.span.kind'] = 'TOOL' AND SpanName = 'retrieve.tool'")  # fmt: skip
         _, sdk_tools = ch.query_rows(
-            "SELECT SpanId FROM spans FINAL WHERE SpanName = 'retrieve' "
-            "AND SpanAttributes['openinference.span.kind'] = 'TOOL' AND SpanAttributes['tool.name'] = 'retrieve'")  # fmt: skip
+            "SELECT SpanId, SpanAttributes['openinference.span.kind'], SpanAttributes['agl.tool.recorded_by'] "
+            "FROM spans FINAL WHERE SpanName = 'retrieve' AND SpanAttributes['tool.name'] = 'retrieve'")  # fmt: skip
+        _, tool_spans = ch.query_rows(
+            "SELECT SpanName FROM spans FINAL WHERE SpanAttributes['openinference.span.kind'] = 'TOOL'")
         _, agents = ch.query_rows(
             "SELECT DISTINCT RolloutId, SpanAttributes['agent.name'] FROM spans FINAL "
             "WHERE SpanAttributes['openinference.span.kind'] = 'AGENT'")  # fmt: skip
@@ -160,9 +162,11 @@ def test_rag_agent_over_sse_tool_turns_token_ids_and_rewards(port_dir: Path, tmp
     stored = [{"prompt_token_ids": list(t[2]), "response_token_ids": list(t[3])} for t in triplets]
     assert returned_pairs(stored) == returned_pairs(engine.returned)
     # the SDK's request span of each call nests under the MCP tool span, which nests under the Agents SDK's own
-    # function-tool span (OpenInference's TOOL span ``retrieve``): one call, two TOOL spans
+    # function-tool span ``retrieve``: a CHAIN span recorded by the MCP span, so each call is one TOOL span
     assert sorted(r[0] for r in requests) == sorted(t[6] for t in tools)
     assert sorted(t[7] for t in tools) == sorted(r[0] for r in sdk_tools) and len(tools) == 3
+    assert sorted((r[1], r[2]) for r in sdk_tools) == sorted(("CHAIN", t[6]) for t in tools)
+    assert sorted(r[0] for r in tool_spans) == ["retrieve.tool"] * 3
 
     for rid, question in question_of.items():
         query, title, final = SCRIPT[question]

@@ -1,5 +1,6 @@
 """The pure parts of the framework integrations: activation on import, the Anthropic and litellm span mappings,
-and the Anthropic stream accumulator keeping token ids. The framework tests on the local stack cover the rest."""
+the Anthropic stream accumulator keeping token ids, AutoGen's and the Agents SDK's tool spans around MCP calls.
+The framework tests on the local stack cover the rest."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agl_stream import semconv
 from agl_stream.instrumentation.conventions import LITELLM_REQUEST, LITELLM_RESPONSE, SOURCE_NAME, normalize
-from tests.agl_stream.instrumentation.frameworks.servers import LITELLM_OFFLINE
+from tests.agl_stream.instrumentation.frameworks.servers import LITELLM_OFFLINE, ToolVllm
+
+REPO = Path(__file__).resolve().parents[4]
 
 
 def test_each_framework_is_instrumented_when_the_agent_imports_it() -> None:
@@ -204,3 +208,39 @@ def test_an_autogen_tool_call_is_one_tool_span() -> None:
                      "execute_tool multiply": None, "multiplier.multiply": "TOOL", "lookup.tool": "TOOL"}  # fmt: skip
     assert spans["checker.calculate"].attributes[RECORDED_BY] == format(spans["calculate.tool"].context.span_id, "016x")
     assert RECORDED_BY not in spans["multiplier.multiply"].attributes
+
+
+def test_an_agents_sdk_mcp_tool_call_is_one_tool_span() -> None:
+    """An Agents SDK agent's MCP tool call (``MCPServerStdio``) is the MCP client's TOOL span; the SDK's function
+    span around it is a CHAIN span recorded by it. A function tool that is not an MCP tool keeps its TOOL span."""
+    pytest.importorskip("agents")
+    pytest.importorskip("mcp")
+    pytest.importorskip("openinference.instrumentation.openai_agents")
+    from tests.agl_stream.instrumentation.frameworks.agents_mcp_spans import MODULE, script
+
+    with ToolVllm(script) as engine:
+        out = subprocess.run([sys.executable, "-m", MODULE, engine.base_url], capture_output=True, text=True,
+                             cwd=REPO, env={**os.environ, "OPENAI_API_KEY": ""}, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    first, *rest = out.stdout.splitlines()
+    assert json.loads(first) == {"outputs": ["the product is 42", "the product is 15"]}, out.stderr[-4000:]
+    spans = [json.loads(line) for line in rest]
+    mcp_run, function_run = ({s["trace"] for s in spans if s["name"] == "multiply.tool"},
+                             {s["trace"] for s in spans if s["name"] == "multiply" and s["kind"] == "TOOL"})
+    assert len(mcp_run) == 1 and len(function_run) == 1 and mcp_run != function_run, spans
+    by_trace = {trace: [s for s in spans if s["trace"] == trace] for trace in mcp_run | function_run}
+    # the MCP call: one TOOL span, the MCP client's, inside the SDK's function span, which is a CHAIN recorded by it
+    (mcp_trace,) = mcp_run
+    (tool,) = [s for s in by_trace[mcp_trace] if s["kind"] == "TOOL"]
+    (sdk,) = [s for s in by_trace[mcp_trace] if s["name"] == "multiply" and s["scope"] != tool["scope"]]
+    assert (tool["name"], tool["scope"], tool["tool"], tool["output"]) == (
+        "multiply.tool", "agl_stream.instrumentation.mcp", "multiply", "42")  # fmt: skip
+    assert tool["parent"] == sdk["id"]
+    assert (sdk["scope"], sdk["kind"], sdk["tool"], sdk["recorded_by"]) == (
+        "openinference.instrumentation.openai_agents", "CHAIN", "multiply", tool["id"])  # fmt: skip
+    # the function tool: the SDK's TOOL span, no MCP span, nothing marked
+    (function_trace,) = function_run
+    tools = [s for s in by_trace[function_trace] if s["kind"] == "TOOL"]
+    assert [(s["name"], s["tool"], s["output"], s["recorded_by"]) for s in tools] == [
+        ("multiply", "multiply", 15, None)]  # fmt: skip
+    assert not [s for s in spans if s["recorded_by"] is not None and s is not sdk]
