@@ -16,7 +16,7 @@ makes current while the tool runs, so it is the current span where the tool span
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Optional
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -36,7 +36,7 @@ def scope_of(span: Any) -> Optional[str]:
 
 class McpRecordsToolCalls(SpanProcessor):
     """Hands a framework's tool call to the MCP span inside it (see the module doc); subclasses name the framework's
-    tracer scope in :attr:`tool_scope` and may change the framework's other spans in :meth:`_started`.
+    tracer scope in :attr:`tool_scope`.
 
     ``_enclosing`` maps each open span under a framework TOOL span (and that span itself) to the innermost such
     TOOL span, so an MCP tool span finds it however many spans lie between (AutoGen's ``execute_tool``);
@@ -51,21 +51,16 @@ class McpRecordsToolCalls(SpanProcessor):
         self._wrappers: dict[int, Any] = {}
         self._warned_unwrapped = False
 
-    def _started(self, span: Any, scope: Optional[str], kind: Any, attributes: Mapping[str, Any]) -> None:
-        """A span started (while active): what a subclass changes on its framework's other spans."""
-
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         if not self.active:
             return
-        scope, attributes = scope_of(span), span.attributes or {}
-        kind = attributes.get(KIND)
+        scope, kind = scope_of(span), (span.attributes or {}).get(KIND)
         parent_id = span.parent.span_id if span.parent is not None else None
         enclosing = self._enclosing.get(parent_id) if parent_id is not None else None
         if enclosing is not None and enclosing.context.span_id == parent_id and parent_id not in self._wrappers:
             current = otel_trace.get_current_span(parent_context)
             if current is not enclosing and current.get_span_context().span_id == parent_id:
                 self._wrappers[parent_id] = current
-        self._started(span, scope, kind, attributes)
         if scope == self.tool_scope and kind == "TOOL":
             enclosing = span
         elif scope == MCP_SCOPE and kind == "TOOL" and enclosing is not None and enclosing.is_recording():

@@ -13,9 +13,10 @@ What training needs from them, and what this module adds:
   response as the server sent it, token ids included. That span is the LLM call
   (``openai.chat.completion``, one triplet; :mod:`~agl_stream.instrumentation.conventions`); AutoGen's LLM span
   keeps no ids and stays a plain OpenInference LLM span, which the triplet adapter does not match.
-* **Agent names.** :class:`AutoGenSpans` gives each AutoGen AGENT span ``agent.name``: the agent's ``name``
-  (OpenInference's ``graph.node.id`` on an ``AssistantAgent``'s span; the span name's prefix on other agents'),
-  so calls are attributed to the agent whose turn it was.
+* **Agent names.** Each AutoGen AGENT span gets ``agent.name`` at capture, like every framework's
+  (:mod:`~agl_stream.instrumentation.conventions`): the agent's ``name`` (OpenInference's ``graph.node.id`` on an
+  ``AssistantAgent``'s span; the span name less ``.on_messages_stream`` on other agents'), so calls are
+  attributed to the agent whose turn it was.
 * **One tool call, one TOOL span.** A tool that is an MCP tool (``McpWorkbench``, ``mcp_server_tools``) runs
   through ``ClientSession.call_tool``, which :mod:`agl_stream.instrumentation.mcp` records as a TOOL span too,
   inside AutoGen's. The MCP span is the record and AutoGen's TOOL span around it becomes a CHAIN span marked
@@ -25,43 +26,27 @@ What training needs from them, and what this module adds:
   (``FunctionTool``, ...) keep AutoGen's span, whose ``output.value`` is the error text when they fail (with
   that OK status).
 
-Both are done by a span processor as the spans start (attributes are still writable then); it changes AutoGen's
-AGENT spans and its TOOL spans around MCP tool calls, nothing else.
+The tool rule is :class:`AutoGenSpans`, a span processor acting as the spans start (attributes are still
+writable then); it changes AutoGen's TOOL spans around MCP tool calls, nothing else.
 """
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Optional
+from typing import Collection
 
 from agl_stream.instrumentation._extension import OpenInferenceExtension
 from agl_stream.instrumentation._mcp_record import KIND, MCP_SCOPE, RECORDED_BY, McpRecordsToolCalls
 
-__all__ = ["AGENT_NAME", "AUTOGEN_SCOPE", "AutoGenInstrumentor", "AutoGenSpans", "KIND", "MCP_SCOPE", "RECORDED_BY",
-           "agent_name"]  # fmt: skip
+__all__ = ["AUTOGEN_SCOPE", "AutoGenInstrumentor", "AutoGenSpans", "KIND", "MCP_SCOPE", "RECORDED_BY"]
 
-AGENT_NAME = "agent.name"
-GRAPH_NODE_ID = "graph.node.id"
 AUTOGEN_SCOPE = "openinference.instrumentation.autogen_agentchat"
-AGENT_SPAN_SUFFIX = ".on_messages_stream"
-
-
-def agent_name(span_name: str, node_id: Any) -> str:
-    """The name of the agent an AutoGen AGENT span stands for: ``graph.node.id`` where OpenInference set it
-    (``AssistantAgent``), else the span name less ``.on_messages_stream`` (AutoGen agent names are identifiers)."""
-    if isinstance(node_id, str) and node_id:
-        return node_id
-    return span_name[: -len(AGENT_SPAN_SUFFIX)] if span_name.endswith(AGENT_SPAN_SUFFIX) else span_name
 
 
 class AutoGenSpans(McpRecordsToolCalls):
-    """Names AutoGen's agent spans and hands an AutoGen tool call to the MCP span inside it (see the module doc)."""
+    """Hands an AutoGen tool call to the MCP span inside it (see the module doc)."""
 
     tool_scope = AUTOGEN_SCOPE
     framework = "AutoGen"
-
-    def _started(self, span: Any, scope: Optional[str], kind: Any, attributes: Mapping[str, Any]) -> None:
-        if scope == AUTOGEN_SCOPE and kind == "AGENT" and AGENT_NAME not in attributes:
-            span.set_attribute(AGENT_NAME, agent_name(span.name, attributes.get(GRAPH_NODE_ID)))
 
 
 class AutoGenInstrumentor(OpenInferenceExtension):

@@ -23,8 +23,9 @@ every original attribute (and the original span name under ``agl.source_span_nam
   ``token_ids``; see :mod:`agl_stream.instrumentation.anthropic`).
 * **LangGraph nodes** (CHAIN spans of ``openinference-instrumentation-langchain`` named after their
   ``langgraph_node``) and **agents** (AGENT spans, e.g. of the OpenAI Agents SDK): ``agent.name``, the
-  span's OpenInference ``graph.node.id`` where it has one (CrewAI's agent role; its span is named
-  ``<role>.<task>._execute_core``), else its name.
+  span's OpenInference ``graph.node.id`` where it has one (CrewAI's agent role, its span being named
+  ``<role>.<task>._execute_core``; an AutoGen ``AssistantAgent``'s name), else its name (less AutoGen's
+  ``.on_messages_stream``).
 
 Pure functions of (name, attributes); spans without ``openinference.span.kind`` pass untouched.
 """
@@ -41,6 +42,8 @@ SOURCE_NAME = "agl.source_span_name"
 AGENT_NAME = "agent.name"
 #: OpenInference's graph node: the agent an AGENT span stands for, where its instrumentation sets it (CrewAI: the role)
 GRAPH_NODE_ID = "graph.node.id"
+#: AutoGen's AGENT spans are ``<agent>.on_messages_stream`` (agent names are identifiers)
+AUTOGEN_TURN_SUFFIX = ".on_messages_stream"
 #: OpenInference span names of OpenAI client calls whose output is a chat completion
 OPENAI_CHAT_SPANS = frozenset({"ChatCompletion"})
 #: a litellm SDK call as agl-stream's wrapper recorded it (OpenAI-shaped JSON), when no OpenAI client span did
@@ -63,9 +66,17 @@ def normalize(name: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any
     elif kind == "CHAIN" and AGENT_NAME not in attributes and _langgraph_node(attributes) == name:
         return name, {**attributes, AGENT_NAME: name}
     elif kind == "AGENT" and AGENT_NAME not in attributes:
-        node = attributes.get(GRAPH_NODE_ID)
-        return name, {**attributes, AGENT_NAME: node if isinstance(node, str) and node else name}
+        return name, {**attributes, AGENT_NAME: _agent_name(name, attributes)}
     return name, attributes
+
+
+def _agent_name(name: str, attributes: Mapping[str, Any]) -> str:
+    """The agent an AGENT span stands for: OpenInference's ``graph.node.id`` where it set one (CrewAI's role, an
+    AutoGen ``AssistantAgent``'s name), else the span name, less AutoGen's ``.on_messages_stream`` turn suffix."""
+    node = attributes.get(GRAPH_NODE_ID)
+    if isinstance(node, str) and node:
+        return node
+    return name.removesuffix(AUTOGEN_TURN_SUFFIX)
 
 
 def _llm_call(name: str, attributes: Mapping[str, Any]) -> Optional[dict[str, Any]]:

@@ -170,18 +170,17 @@ def autogen_spans() -> tuple[Any, Any, Any]:
     return exporter, autogen, (provider.get_tracer("autogen-core"), provider.get_tracer(MCP_SCOPE))
 
 
-def test_autogen_agent_spans_are_named_after_their_agent() -> None:
-    pytest.importorskip("openinference.instrumentation")
-    exporter, autogen, _ = autogen_spans()
+def test_agent_spans_are_named_after_their_agent() -> None:
+    """AutoGen's and CrewAI's AGENT spans: OpenInference's graph node where it set one, else the span name (less
+    AutoGen's turn suffix), at capture like every framework's."""
     agent = {"openinference.span.kind": "AGENT"}
-    with autogen.start_as_current_span("solver.on_messages_stream", attributes={**agent, "graph.node.id": "solver"}):
-        pass  # an AssistantAgent's span
-    with autogen.start_as_current_span("user_proxy.on_messages_stream", attributes=agent):
-        pass  # another BaseChatAgent's span: no graph node
-    names = [(s.name, s.attributes.get("agent.name")) for s in exporter.get_finished_spans()]
-    assert names == [("solver.on_messages_stream", "solver"), ("user_proxy.on_messages_stream", "user_proxy")]
-    assert normalize("solver.on_messages_stream", dict(exporter.get_finished_spans()[0].attributes))[1][
-        "agent.name"] == "solver"  # fmt: skip
+    cases = [("solver.on_messages_stream", {**agent, "graph.node.id": "solver"}, "solver"),  # an AssistantAgent
+             ("user_proxy.on_messages_stream", agent, "user_proxy"),  # another AutoGen agent: no graph node
+             ("calculator.compute._execute_core", {**agent, "graph.node.id": "calculator"}, "calculator"),  # CrewAI
+             ("triage", agent, "triage"),  # the Agents SDK's
+             ("triage", {**agent, "agent.name": "set"}, "set")]  # fmt: skip
+    for name, attributes, expected in cases:
+        assert normalize(name, attributes)[1]["agent.name"] == expected, name
 
 
 def test_an_autogen_tool_call_is_one_tool_span() -> None:
