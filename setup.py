@@ -27,6 +27,7 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={
+        "agl_stream.broker": ["kafka/pom.xml", "kafka/log4j2.yaml"],  # the local Apache Kafka's build file and logging
         "agl_stream_deploy": ["clickhouse/*.md", "clickhouse/migrations/*.sql", "clickhouse/queries/*.sql",
                               "grafana/dashboards/*.json", "grafana/provisioning/**/*"],
         "agl_stream_trainer": ["*.yaml"],

@@ -30,8 +30,13 @@ class SettingsError(ValueError):
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Kafka. No bootstrap means "start the local Tansu broker" where a service is allowed to.
+    # Kafka. No bootstrap means "start a local broker" where a service is allowed to: Apache Kafka where
+    # Java 17+ is here (its jars fetched once with Maven), else Tansu (agl_stream.broker).
     kafka_bootstrap: Optional[str] = Field(default=None, description="host:port[,host:port]; unset = local broker")
+    local_broker: Optional[Literal["kafka", "tansu"]] = Field(
+        default=None, description="the local broker; unset = Apache Kafka where it can run, else Tansu"
+    )
+    kafka_home: Optional[Path] = Field(default=None, description="the local Apache Kafka's jars; unset = user cache")
     kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
     kafka_sasl_mechanism: Optional[SaslMechanism] = None
     kafka_sasl_username: Optional[str] = None

@@ -19,7 +19,6 @@ process used to), and keeps the service's contract:
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import logging
 import os
@@ -31,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from agl_stream.execution.parent_death import die_with_parent
+
 logger = logging.getLogger(__name__)
 
 #: environment for the app that owns the embedded ClickHouse engine (docs/performance.md, "The sinks' memory").
@@ -41,28 +42,6 @@ logger = logging.getLogger(__name__)
 #: allocator for the sinks' short-lived arrow batches, at no measurable CPU. A variable already set
 #: in the environment wins.
 SINKS_ENV = {"JE_MALLOC_CONF": "narenas:1,tcache:false", "ARROW_DEFAULT_MEMORY_POOL": "system"}
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
-
-
-def die_with_parent(parent_pid: int) -> Optional[Any]:
-    """A ``preexec_fn`` (run in the child between fork and exec) that arms SIGTERM on the parent's death.
-
-    None where prctl(2) does not exist (not Linux): there, only a graceful stop reaches the apps.
-    The signal is delivered when the thread that forked exits, so children are started from the
-    supervisor's event-loop thread, which lives as long as the supervisor."""
-    if not sys.platform.startswith("linux"):
-        return None
-
-    def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-            os._exit(126)  # cannot honour the contract: fail the start rather than risk an orphan
-        if os.getppid() != parent_pid:  # the parent died before the request took effect
-            os._exit(1)
-
-    return arm
 
 
 @dataclass

@@ -1,7 +1,10 @@
-"""Shared fixtures: a real local Kafka-protocol broker (Tansu) and per-test topic namespaces.
+"""Shared fixtures: a real local broker and per-test topic namespaces.
 
-The broker is started once per test session (it starts in ~50 ms); every test that needs topics
-gets its own ``topic_prefix`` so tests never see each other's records.
+The broker is the local stack's choice (``agl_stream.broker.choose_local_broker``): Apache Kafka
+where Java 17+ is here, else Tansu with a notice; ``AGL_LOCAL_BROKER=kafka`` (as ``.ci/run`` sets)
+makes a missing Kafka an error instead. It is started once per test session; every test that
+needs topics gets its own ``topic_prefix`` so tests never see each other's records. The broker-parity
+tests (``tests/parity``) start one broker of each kind themselves.
 """
 
 from __future__ import annotations
@@ -12,19 +15,29 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from agl_stream.broker import LocalBroker
+from agl_stream.broker import choose_local_broker, describe, local_broker
 from agl_stream.config import Settings
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which broker the suite runs on, in the session header of every log."""
+    external = os.environ.get("AGL_TEST_KAFKA_BOOTSTRAP")
+    if external:
+        return f"broker: the cluster at {external} (AGL_TEST_KAFKA_BOOTSTRAP)"
+    kind = choose_local_broker(Settings.from_env())
+    return "broker: " + ("Apache Kafka (local KRaft)" if kind == "kafka" else "Tansu (fallback: no Apache Kafka here)")
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address of a real broker: ``AGL_TEST_KAFKA_BOOTSTRAP`` if set, else a local Tansu."""
+    """Bootstrap address of a real broker: ``AGL_TEST_KAFKA_BOOTSTRAP`` if set, else the local broker."""
     external = os.environ.get("AGL_TEST_KAFKA_BOOTSTRAP")
     if external:
         yield external
         return
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with LocalBroker(log_file=log) as broker:
+    folder = tmp_path_factory.mktemp("broker")
+    with local_broker(Settings.from_env(), log_file=folder / "broker.log", data_dir=folder / "data") as broker:
+        print(f"\nsession broker: {describe(broker)}")
         yield broker.bootstrap
 
 

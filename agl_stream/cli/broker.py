@@ -1,26 +1,69 @@
-"""``agl-stream broker``: run the local Tansu broker in the foreground."""
+"""``agl-stream broker``: run the local broker in the foreground; ``agl-stream broker install`` fetches Kafka."""
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Optional
 
 import typer
 
-from agl_stream.broker import DEFAULT_STORAGE, LocalBroker
+from agl_stream.broker import (
+    KAFKA_VERSION,
+    BrokerError,
+    KafkaUnavailable,
+    describe,
+    install_kafka,
+    is_installed,
+    kafka_home,
+    local_broker,
+)
+from agl_stream.config import Settings
+
+app = typer.Typer(no_args_is_help=False, add_completion=False)
 
 
+@app.callback(invoke_without_command=True)
 def broker(
-    port: Optional[int] = typer.Option(None, "--port", "-p", envvar="AGL_BROKER_PORT", help="port (default: a free one)"),
-    host: str = typer.Option("127.0.0.1", "--host", help="listen address (loopback by default)"),
-    storage: str = typer.Option(DEFAULT_STORAGE, "--storage", envvar="AGL_BROKER_STORAGE", help="Tansu storage engine URL"),
+    ctx: typer.Context,
+    port: Optional[int] = typer.Option(None, "--port", "-p", envvar="AGL_BROKER_PORT", help="client port (default: a free one)"),
+    brokers: int = typer.Option(1, "--brokers", min=1, max=9, help="KRaft nodes (Apache Kafka only); 3 = replication factor 3"),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", envvar="AGL_BROKER_DATA_DIR",
+        help="Kafka's logs and metadata, kept across restarts (default: <AGL_DATA_DIR>/kafka)",
+    ),
+    kind: Optional[str] = typer.Option(
+        None, "--kind", envvar="AGL_LOCAL_BROKER", help="kafka or tansu (default: Kafka where Java 17+ is here, else Tansu)"
+    ),
 ) -> None:
-    """Start the broker, print its bootstrap address, and stop it cleanly on Ctrl+C / SIGTERM."""
+    """Start the local broker on loopback, print its bootstrap address, and stop it on Ctrl+C / SIGTERM.
+
+    Exit codes: 0 stopped cleanly, 1 the broker exited by itself, 2 bad settings or Kafka asked for
+    where it cannot run."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if kind not in (None, "kafka", "tansu"):
+        raise typer.BadParameter(f"{kind!r} is not kafka or tansu", param_hint="--kind / AGL_LOCAL_BROKER")
+    settings = Settings.from_env(local_broker=kind)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalBroker(port=port, host=host, storage_engine=storage) as local:
+    try:
+        local = local_broker(settings, port=port, brokers=brokers, data_dir=data_dir or settings.data_dir / "kafka")
+        began = time.monotonic()
+        local.start()
+    except KafkaUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except BrokerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    with local:
         typer.echo(f"AGL_KAFKA_BOOTSTRAP={local.bootstrap}", color=False)
+        typer.echo(f"{describe(local)}: ready in {time.monotonic() - began:.1f} s", err=True)
+        sys.stdout.flush()
         try:
             while not stop.wait(0.5):
                 if not local.running:
@@ -28,4 +71,32 @@ def broker(
                     raise typer.Exit(1)
         except KeyboardInterrupt:
             pass
-    typer.echo("broker stopped")
+    typer.echo("broker stopped", err=True)
+
+
+@app.command("install")
+def install(
+    home: Optional[Path] = typer.Option(None, "--home", envvar="AGL_KAFKA_HOME", help="where the jars go (default: the user cache)"),
+    optional: bool = typer.Option(
+        False, "--optional", help="exit 0 with the Tansu notice when Java or Maven is missing (make uses this)"
+    ),
+) -> None:
+    """Fetch Apache Kafka's pinned jars from Maven Central (needs Maven and Java 17+; once per machine)."""
+    from agl_stream.broker import fallback_notice, find_java
+
+    target = kafka_home(home)
+    try:
+        find_java()
+        if is_installed(target):
+            typer.echo(f"Apache Kafka {KAFKA_VERSION} is installed in {target}")
+            return
+        typer.echo(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {target} ...")
+        began = time.monotonic()
+        install_kafka(target)
+    except KafkaUnavailable as exc:
+        if optional:
+            typer.echo(fallback_notice(str(exc)), err=True)
+            return
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"Apache Kafka {KAFKA_VERSION} installed in {target} ({time.monotonic() - began:.0f} s)")

@@ -19,7 +19,7 @@ from agl_stream.config import SettingsError
 
 #: name -> ("module:attribute" of a typer.Typer or a function, help, pip extra that provides it)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "broker": ("agl_stream.cli.broker:broker", "Run the local Kafka-protocol broker (Tansu).", "broker"),
+    "broker": ("agl_stream.cli.broker:app", "Run the local broker (Apache Kafka, or Tansu without Java); broker install fetches Kafka.", "base"),
     "topics": ("agl_stream_topics.cli:app", "Create, list and describe the agl topics.", "base"),
     "ingest": ("agl_stream_ingest.cli:app", "OTLP/HTTP trace receiver and LLM proxy feeding agl.spans.", "ingest"),
     "runner": ("agl_stream.runner.cli:runner", "Run an agent on agl.tasks (spans to agl.spans).", "base"),

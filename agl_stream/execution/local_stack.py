@@ -1,8 +1,11 @@
 """The local stack: start on this machine whatever a training job needs and is not already running.
 
-With no ``AGL_KAFKA_BOOTSTRAP`` the job is local: a Tansu broker, the catalog topics, and the stream
+With no ``AGL_KAFKA_BOOTSTRAP`` the job is local: a broker (Apache Kafka, or Tansu where Java is
+missing; see ``agl_stream.broker``), the catalog topics, and the stream
 processors (state machine, triplet adapter, ClickHouse sinks owning the embedded ClickHouse) are
-started here and torn down at the end. With a cluster configured, only topics are verified: the
+started here and torn down at the end. The local Kafka keeps its data in ``<data_dir>/kafka`` while
+the job runs (a broker restart keeps it) and starts afresh with the next job, as Tansu did; the
+history stays in ClickHouse. With a cluster configured, only topics are verified: the
 processors are the cluster's own services. ``start_dashboard`` adds ``agl-stream dashboard`` (the
 run's web page), which reads the embedded ClickHouse through the processors' SQL door.
 """
@@ -14,12 +17,13 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from agl_stream.broker import LocalBroker
+from agl_stream.broker import LocalBroker, describe, local_broker
 from agl_stream.config import Settings
 from agl_stream.execution.process import ServiceProcess, agl_command
 
@@ -87,9 +91,11 @@ class LocalStack:
     async def start(self) -> Settings:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.local:
-            self.broker = LocalBroker(log_file=self.log_dir / "broker.log").start()
+            kafka_dir = self.settings.data_dir / "kafka"
+            shutil.rmtree(kafka_dir, ignore_errors=True)  # the job's own broker: a fresh log, as Tansu's memory was
+            self.broker = local_broker(self.settings, log_file=self.log_dir / "broker.log", data_dir=kafka_dir).start()
             self.settings = self.settings.model_copy(update={"kafka_bootstrap": self.broker.bootstrap})
-            logger.info("started the local broker at %s", self.broker.bootstrap)
+            logger.info("started the local broker: %s", describe(self.broker))
         await self._create_topics()
         if self.start_processors:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -1,17 +1,31 @@
-"""The local Tansu broker and the ``agl-stream broker`` / ``topics`` commands."""
+"""The local brokers (Apache Kafka, and the Tansu fallback), the choice between them, and the
+``agl-stream broker`` / ``topics`` commands."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from agl_stream.broker import LocalBroker, broker_for, wait_for_port
+from agl_stream.broker import (
+    KafkaBroker,
+    KafkaUnavailable,
+    TansuBroker,
+    broker_for,
+    choose_local_broker,
+    fallback_notice,
+    local_broker,
+    wait_for_port,
+)
 from agl_stream.config import Settings
 from agl_stream_topics.catalog import CATALOG
 
@@ -20,8 +34,23 @@ pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "agl_stream.cli.main"]
 
 
-def test_local_broker_starts_and_stops() -> None:
-    broker = LocalBroker().start()
+def _kafka_here() -> bool:
+    return choose_local_broker(Settings.from_env(env={**os.environ, "AGL_LOCAL_BROKER": ""})) == "kafka"
+
+
+needs_kafka = pytest.mark.skipif(not _kafka_here(), reason="Apache Kafka cannot run here (no Java 17+ or no jars)")
+
+
+def _no_java_env() -> dict[str, str]:
+    """This environment with no java reachable: no JAVA_HOME, and no PATH entry holding a ``java``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "AGL_LOCAL_BROKER")}
+    folders = env.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(d for d in folders if d and not os.path.exists(os.path.join(d, "java")))
+    return env
+
+
+def test_tansu_starts_and_stops() -> None:
+    broker = TansuBroker().start()
     try:
         assert broker.running and wait_for_port("127.0.0.1", broker.port, 1)
     finally:
@@ -31,25 +60,149 @@ def test_local_broker_starts_and_stops() -> None:
         socket.create_connection(("127.0.0.1", broker.port), timeout=0.5).close()
 
 
+@needs_kafka
+def test_kafka_runs_on_loopback_with_its_heap_capped_and_keeps_data_across_a_restart(tmp_path: Path) -> None:
+    broker = KafkaBroker(data_dir=tmp_path / "kafka", log_file=tmp_path / "broker.log")
+    with broker:
+        proc = psutil.Process(broker.pid)
+        argv = proc.cmdline()
+        assert "-Xmx384m" in argv and "kafka.Kafka" in argv
+        listening = {c.laddr for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
+
+        async def produce_then_read(values: list[bytes], expect: list[bytes]) -> list[bytes]:
+            producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=True)
+            await producer.start()
+            try:
+                for value in values:
+                    await producer.send_and_wait("kept", value)
+            finally:
+                await producer.stop()
+            consumer = AIOKafkaConsumer("kept", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
+            await consumer.start()
+            try:
+                got: list[bytes] = []
+                deadline = time.monotonic() + 20
+                while len(got) < len(expect) and time.monotonic() < deadline:
+                    for batch in (await consumer.getmany(timeout_ms=500)).values():
+                        got += [r.value for r in batch]
+                return got
+            finally:
+                await consumer.stop()
+
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        async def create() -> None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic("kept", 1, 1)])
+            finally:
+                await admin.close()
+
+        asyncio.run(create())
+        assert asyncio.run(produce_then_read([b"a", b"b"], [b"a", b"b"])) == [b"a", b"b"]
+        port = broker.port
+        broker.kill()  # a crash: no clean shutdown
+        assert not wait_for_port("127.0.0.1", port, 0.3)
+        broker.start()
+        assert broker.port == port
+        assert asyncio.run(produce_then_read([b"c"], [b"a", b"b", b"c"])) == [b"a", b"b", b"c"]
+    assert not broker.running
+
+
+@needs_kafka
+def test_kafka_dies_with_its_starter(tmp_path: Path) -> None:
+    """The JVM is asked to stop when the process that started it dies, even by SIGKILL."""
+    script = (
+        "import sys, time\n"
+        "from agl_stream.broker import KafkaBroker\n"
+        f"b = KafkaBroker(log_file={str(tmp_path / 'b.log')!r}).start()\n"
+        "print(b.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    starter = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        jvm = psutil.Process(int(starter.stdout.readline()))  # type: ignore[union-attr]
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(10)
+        gone, alive = psutil.wait_procs([jvm], timeout=30)
+        assert not alive, "the broker outlived its SIGKILLed starter"
+    finally:
+        starter.kill()
+
+
 def test_configured_cluster_starts_nothing() -> None:
     settings = Settings.from_env(env={}, kafka_bootstrap="kafka.example:9092")
     with broker_for(settings) as bootstrap:
         assert bootstrap == "kafka.example:9092"
 
 
-def test_broker_command_prints_bootstrap_and_stops_on_sigterm() -> None:
-    proc = subprocess.Popen([*CLI, "broker"], stdout=subprocess.PIPE, text=True)
+def test_choice_follows_agl_local_broker() -> None:
+    assert choose_local_broker(Settings.from_env(env={"AGL_LOCAL_BROKER": "tansu"})) == "tansu"
+    assert isinstance(local_broker(Settings.from_env(env={"AGL_LOCAL_BROKER": "tansu"})), TansuBroker)
+    with pytest.raises(Exception, match="AGL_LOCAL_BROKER"):
+        Settings.from_env(env={"AGL_LOCAL_BROKER": "redpanda"})
+
+
+def test_asking_for_kafka_without_java_is_an_error_that_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", _no_java_env()["PATH"])
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(KafkaUnavailable, match="AGL_LOCAL_BROKER=kafka.*no java"):
+        choose_local_broker(Settings.from_env(env={"AGL_LOCAL_BROKER": "kafka"}))
+
+
+def test_without_java_the_broker_command_falls_back_to_tansu_with_one_line() -> None:
+    env = _no_java_env()
+    proc = subprocess.Popen([*CLI, "broker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
         assert line.startswith("AGL_KAFKA_BOOTSTRAP=127.0.0.1:")
-        host, port = line.split("=", 1)[1].rsplit(":", 1)
-        assert wait_for_port(host, int(port), 5)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        time.sleep(0.2)
-        assert not wait_for_port(host, int(port), 0.5), "Tansu outlived the command"
+        err = proc.stderr.read()  # type: ignore[union-attr]
     finally:
         proc.kill()
+    notices = [ln for ln in err.splitlines() if "the local broker is Tansu" in ln]
+    assert len(notices) == 1, err
+    assert "no java" in notices[0] and "retention" in notices[0] and "agl-stream broker install" in notices[0]
+    assert "Tansu (memory only)" in err
+    forced = subprocess.run([*CLI, "broker"], env={**env, "AGL_LOCAL_BROKER": "kafka"}, capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 2 and "no java" in forced.stderr
+
+
+def test_fallback_notice_names_what_is_lost_and_how_to_get_kafka() -> None:
+    notice = fallback_notice("no java on PATH")
+    assert "\n" not in notice
+    for word in ("Tansu", "no java on PATH", "retention", "compaction", "transactions", "Java 17", "Maven"):
+        assert word in notice
+
+
+def test_broker_command_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = {**os.environ, "AGL_DATA_DIR": str(tmp_path)}
+    proc = subprocess.Popen([*CLI, "broker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        assert line.startswith("AGL_KAFKA_BOOTSTRAP=127.0.0.1:")
+        host, port = line.split("=", 1)[1].split(",")[0].rsplit(":", 1)
+        assert wait_for_port(host, int(port), 5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        time.sleep(0.2)
+        assert not wait_for_port(host, int(port), 0.5), "the broker outlived the command"
+        err = proc.stderr.read()  # type: ignore[union-attr]
+        assert "ready in" in err
+        if _kafka_here():
+            assert "Apache Kafka 4.1.0 (KRaft, 1 node(s))" in err
+            assert (tmp_path / "kafka" / "node-1" / "log" / "meta.properties").exists(), "data under the data directory"
+    finally:
+        proc.kill()
+
+
+@needs_kafka
+def test_broker_install_is_idempotent() -> None:
+    done = subprocess.run([*CLI, "broker", "install"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "is installed in" in done.stdout
 
 
 def test_topics_commands(kafka_bootstrap: str) -> None:
@@ -67,6 +220,7 @@ def test_topics_commands(kafka_bootstrap: str) -> None:
 
 def test_cli_errors_follow_conventions() -> None:
     assert subprocess.run([*CLI, "--help"], capture_output=True).returncode == 0
+    assert subprocess.run([*CLI, "broker", "--help"], capture_output=True).returncode == 0
     bad = subprocess.run([*CLI, "topics", "create"], env={**os.environ, "AGL_PARTITIONS": "lots", "AGL_KAFKA_BOOTSTRAP": "x:1"},
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "AGL_PARTITIONS" in bad.stderr

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
 
-from agl_stream.broker import LocalBroker  # noqa: E402
+from agl_stream.broker import LocalBroker, local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.serialization import encode  # noqa: E402
 from agl_stream_ingest.otlp.decode import to_spans  # noqa: E402
@@ -214,7 +214,7 @@ async def main() -> None:
     broker: Optional[LocalBroker] = None
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
     if not bootstrap:
-        broker = LocalBroker(log_file=tmp / "tansu.log").start()
+        broker = local_broker(log_file=tmp / "broker.log").start()
         bootstrap = broker.bootstrap
     settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap, topic_prefix=f"bench{secrets.token_hex(3)}",
                                  partitions=4)

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agl_stream.broker import LocalBroker  # noqa: E402
+from agl_stream.broker import local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.serialization import decode  # noqa: E402
@@ -205,7 +205,7 @@ def cli() -> None:
         if bootstrap:
             report = asyncio.run(main(args, bootstrap, Path(tmp)))
         else:
-            with LocalBroker() as broker:
+            with local_broker() as broker:
                 report = asyncio.run(main(args, broker.bootstrap, Path(tmp)))
     text = json.dumps(report, indent=2)
     print(text)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
 
-from agl_stream.broker import LocalBroker  # noqa: E402
+from agl_stream.broker import local_broker  # noqa: E402
 from agl_stream.client import StoreClient  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.emitter import emit_message, emit_reward  # noqa: E402
@@ -110,7 +110,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from agl_stream_topics.admin import ensure_topics
 
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
-    broker = None if bootstrap else LocalBroker().start()
+    broker = None if bootstrap else local_broker().start()
     try:
         settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap or broker.bootstrap,  # type: ignore[union-attr]
                                      topic_prefix=f"bench{secrets.token_hex(3)}", partitions=4,

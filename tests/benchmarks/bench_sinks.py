@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agl_stream.broker import LocalBroker  # noqa: E402
+from agl_stream.broker import LocalBroker, local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.types import Span, SpanContext, Trajectory, Triplet  # noqa: E402
@@ -151,7 +151,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     broker: Optional[LocalBroker] = None
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
     if not bootstrap:
-        broker = LocalBroker().start()
+        broker = local_broker().start()
         bootstrap = broker.bootstrap
     data_dir = Path(tempfile.mkdtemp(prefix="agl-bench-sinks-"))
     settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap, topic_prefix=f"bench{secrets.token_hex(3)}",

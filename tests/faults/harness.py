@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from agl_stream.broker import LocalBroker, free_port
+from agl_stream.broker import LocalBroker, free_port, local_broker
 from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
@@ -54,7 +54,8 @@ class Pipeline:
         broker_port, proxy_port = free_port(), free_port()
         log_dir = self.data_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = LocalBroker(port=broker_port, advertised=f"127.0.0.1:{proxy_port}", log_file=log_dir / "broker.log").start()
+        self.broker = local_broker(Settings.from_env(), port=broker_port, advertised=f"127.0.0.1:{proxy_port}",
+                                   log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker").start()
         self.proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
         await self.proxy.start()
         settings = Settings.from_env(

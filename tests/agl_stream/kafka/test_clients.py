@@ -130,9 +130,9 @@ async def test_committed_offsets_survive_a_consumer_restart(topics: Settings) ->
 
 async def test_producer_backpressure_bounds_in_flight_records(settings: Settings) -> None:
     """With the broker unreachable, send() blocks once max_in_flight records are outstanding."""
-    from agl_stream.broker import LocalBroker
+    from agl_stream.broker import local_broker
 
-    broker = LocalBroker().start()
+    broker = local_broker().start()
     local = settings.model_copy(update={"kafka_bootstrap": broker.bootstrap})
     producer = RecordProducer(local, max_in_flight=5, delivery_timeout=60)
     await producer.start()
@@ -155,3 +155,4 @@ async def test_producer_backpressure_bounds_in_flight_records(settings: Settings
     finally:
         producer._started = False  # the broker is gone: skip the final flush
         await producer._producer.stop()
+        broker.stop()  # the killed broker's files

