@@ -47,9 +47,15 @@ class Settings(BaseModel):
     kafka_client_id: str = "agl-stream"
     kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
     kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = None
+    # Idempotent producers (no duplicate from a producer's own retries; Apache Kafka offers them). Tansu
+    # cannot: the local stack turns them off on the Tansu fallback.
+    kafka_idempotence: bool = True
     topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int = Field(default=4, ge=1, le=1024, description="partitions of rollout-keyed topics")
     replication_factor: int = Field(default=1, ge=1)
+    # "local": the topic settings of a run on this machine (agl_stream_topics.catalog.LOCAL_PROFILE: small
+    # segments, compaction within minutes, a day's retention); the local stack sets it for its own broker.
+    topic_profile: Literal["cluster", "local"] = "cluster"
 
     # Storage.
     data_dir: Path = Field(default_factory=lambda: Path.cwd() / ".agl")

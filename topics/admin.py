@@ -108,7 +108,7 @@ async def ensure_topics(
                     s.name(settings),
                     num_partitions=s.partitions(settings),
                     replication_factor=settings.replication_factor,
-                    topic_configs=s.config(),
+                    topic_configs=s.config(settings),
                 )
                 for s in missing
             ]

@@ -47,11 +47,34 @@ class TopicSpec:
     def partitions(self, settings: Settings) -> int:
         return settings.partitions if self.co_partitioned else (self.fixed_partitions or 1)
 
-    def config(self) -> dict[str, str]:
+    def config(self, settings: Optional[Settings] = None) -> dict[str, str]:
+        """The topic's configuration; with ``settings.topic_profile == "local"``, the local run's (see LOCAL_PROFILE)."""
         cfg = {"cleanup.policy": self.cleanup_policy, **self.extra_config}
         if self.retention_ms is not None:
             cfg["retention.ms"] = str(self.retention_ms)
+        if settings is not None and settings.topic_profile == "local":
+            cfg.update(LOCAL_PROFILE[self.cleanup_policy])
+            if self.cleanup_policy == "delete" and self.retention_ms is not None:
+                cfg["retention.ms"] = str(min(self.retention_ms, LOCAL_RETENTION_MS))
         return cfg
+
+
+#: A run on one machine (the local stack's own Apache Kafka) must stay within a small disk whatever its
+#: length. Segments roll at 16 MiB or 10 minutes, so whole segments can go: a delete topic's records go once
+#: every consumer group has committed past them (``agl-stream topics trim``, which the local stack runs,
+#: after 5 minutes at least), and after a day in any case; ClickHouse keeps the history. A compacted topic's
+#: segments roll every 5 minutes and are cleaned once 10% of the log is superseded, so it holds about
+#: one record per key; tombstones stay an hour.
+LOCAL_RETENTION_MS = DAY_MS
+LOCAL_PROFILE: dict[str, dict[str, str]] = {
+    "delete": {"segment.bytes": str(16 * 1024 * 1024), "segment.ms": str(10 * 60 * 1000)},
+    "compact": {
+        "segment.bytes": str(16 * 1024 * 1024),
+        "segment.ms": str(5 * 60 * 1000),
+        "min.cleanable.dirty.ratio": "0.1",
+        "delete.retention.ms": str(3600 * 1000),
+    },
+}
 
 
 CATALOG: tuple[TopicSpec, ...] = (

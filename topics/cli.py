@@ -70,3 +70,22 @@ def describe(bootstrap: Optional[str] = BootstrapOpt, partitions: Optional[int] 
             "[green]ok" if ok else ("[yellow]missing" if not exists else "[red]mismatch"),
         )
     console.print(table)
+
+
+@app.command("trim")
+def trim(
+    bootstrap: Optional[str] = BootstrapOpt,
+    every: float = typer.Option(0.0, "--every", min=0.0, help="run as a service, a pass every SECONDS (0: one pass)"),
+    min_age: float = typer.Option(300.0, "--min-age", min=0.0, help="never trim records younger than SECONDS"),
+) -> None:
+    """Delete the delete-policy topics' records that every consumer group has committed past (Apache Kafka).
+
+    The local stack runs this every 30 s against its own broker; see agl_stream_topics.trim."""
+    from agl_stream.cli._async import run_until_signal
+    from agl_stream_topics.trim import describe as describe_trimmed
+    from agl_stream_topics.trim import trim_committed, trim_forever
+
+    settings = _settings(bootstrap)
+    if every > 0:
+        raise typer.Exit(run_until_signal(lambda stop: trim_forever(settings, stop, every=every, min_age=min_age)))
+    typer.echo(describe_trimmed(asyncio.run(trim_committed(settings, min_age=min_age))))

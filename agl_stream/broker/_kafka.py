@@ -259,12 +259,18 @@ class KafkaBroker:
         self.cluster_id_file.write_text(cluster_id + "\n")
         return cluster_id
 
-    def _format(self, node: KafkaNode) -> None:
-        cmd = self._java_command("kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
-                                 "-c", str(node.config_file), "--ignore-formatted", heap_mb=128)  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise BrokerError(f"formatting Kafka node {node.node_id}'s storage failed:\n{done.stdout}{done.stderr}")
+    def _format(self, nodes: list[KafkaNode]) -> None:
+        """Format the storage of ``nodes`` (first start only), all at once: each is a JVM start."""
+        running = []
+        for node in nodes:
+            self._write_config(node)
+            cmd = self._java_command("kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
+                                     "-c", str(node.config_file), "--ignore-formatted", heap_mb=128)  # fmt: skip
+            running.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        for node, proc in running:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise BrokerError(f"formatting Kafka node {node.node_id}'s storage failed:\n{out}")
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -273,9 +279,10 @@ class KafkaBroker:
         if self._install is None:
             self._install = kafka_install(self.home)
         began = time.monotonic()
-        for node in self.nodes:
-            if not node.running:
-                self._launch(node)
+        stopped = [n for n in self.nodes if not n.running]
+        self._format([n for n in stopped if not n.formatted])
+        for node in stopped:
+            self._launch(node)
         self.wait_ready(timeout)
         logger.info(
             "Apache Kafka %s ready at %s: %d KRaft node(s), heap %d MB each, data in %s (%.1f s)",
@@ -286,7 +293,7 @@ class KafkaBroker:
     def _launch(self, node: KafkaNode) -> None:
         self._write_config(node)
         if not node.formatted:
-            self._format(node)
+            self._format([node])
         node.log_file.parent.mkdir(parents=True, exist_ok=True)
         cmd = self._java_command("kafka.Kafka", str(node.config_file), heap_mb=self.heap_mb)
         with open(node.log_file, "ab") as out:
@@ -295,9 +302,11 @@ class KafkaBroker:
                 preexec_fn=die_with_parent(os.getpid()),
             )  # fmt: skip
 
-    def wait_ready(self, timeout: float = 90.0, nodes: Optional[int] = None) -> None:
-        """Wait until a metadata request answered by a running node lists ``nodes`` brokers (default all)."""
-        expected = len(self.nodes) if nodes is None else nodes
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Wait until every running node answers a metadata request, and each answer lists every running node.
+
+        Asking each node itself matters after a restart: the others may still list a node that was
+        killed a moment ago, before the controller fences it."""
         deadline = time.monotonic() + timeout
         last_error = "no answer yet"
         while time.monotonic() < deadline:
@@ -306,17 +315,21 @@ class KafkaBroker:
                     code = node.proc.returncode
                     self.stop()
                     raise BrokerError(f"Kafka node {node.node_id} exited with code {code}:\n{node.log_tail()}")
-            live = [n for n in self.nodes if n.running and wait_for_port(n.host, n.port, 0)]
-            if not live:  # no listener yet: no point asking (and no client error logged per try)
-                time.sleep(0.1)
-                continue
-            try:
-                seen = _run_sync(_brokers_listed(live[0].address))
-                if len(seen) >= expected:
+            running = [n for n in self.nodes if n.running]
+            expected = {n.node_id for n in running}
+            pending = [n for n in running if not wait_for_port(n.host, n.port, 0)]
+            if not pending:  # every listener is up: ask each node (no client error logged per refused try)
+                try:
+                    for node in running:
+                        seen = set(_run_sync(_brokers_listed(node.address)))
+                        if not expected <= seen:
+                            pending.append(node)
+                            last_error = f"node {node.node_id} lists {sorted(seen)}, not yet {sorted(expected)}"
+                except Exception as exc:  # not up yet: no metadata, timeout
+                    pending.append(node)
+                    last_error = f"node {node.node_id}: {type(exc).__name__}: {exc}"
+                if not pending:
                     return
-                last_error = f"{len(seen)} of {expected} brokers registered"
-            except Exception as exc:  # not up yet: connection refused, no metadata, timeout
-                last_error = f"{type(exc).__name__}: {exc}"
             time.sleep(0.25)
         tails = "\n".join(f"--- node {n.node_id}\n{n.log_tail()}" for n in self.nodes)
         self.stop()
@@ -378,6 +391,13 @@ class KafkaBroker:
             proc.wait()
         node.proc = None
 
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """partition -> the node leading it now, from a metadata round trip to a running node."""
+        live = [n for n in self.nodes if n.running]
+        if not live:
+            raise BrokerError("no Kafka node is running")
+        return _run_sync(_leaders(",".join(n.address for n in live), topic))
+
     def active_controller(self) -> Optional[int]:
         """The node that most recently became the KRaft leader (the active controller), from the nodes' logs."""
         best: Optional[tuple[int, int]] = None
@@ -401,8 +421,22 @@ class KafkaBroker:
         self.stop()
 
 
-# QuorumState logs "Completed transition to Leader(localId=2, epoch=3, ...)" when a node becomes the leader.
-_LEADER = re.compile(r"transition to Leader\(localId=\d+, epoch=(?P<epoch>\d+)")
+# QuorumState logs "Completed transition to Leader(localVoterNode=..., epoch=3, ...)" when a node becomes the leader.
+_LEADER = re.compile(r"Completed transition to Leader\(.*?\bepoch=(?P<epoch>\d+)")
+
+
+async def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.structs import TopicPartition
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    try:
+        await asyncio.wait_for(client.bootstrap(), 10.0)
+        metadata = await client.fetch_all_metadata()
+        parts = metadata.partitions_for_topic(topic) or set()
+        return {p: metadata.leader_for_partition(TopicPartition(topic, p)) for p in sorted(parts)}
+    finally:
+        await client.close()
 
 
 async def _brokers_listed(address: str) -> list[int]:

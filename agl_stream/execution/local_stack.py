@@ -82,6 +82,8 @@ class LocalStack:
         }
         if s.kafka_compression:
             env["AGL_KAFKA_COMPRESSION"] = s.kafka_compression
+        env["AGL_KAFKA_IDEMPOTENCE"] = "true" if s.kafka_idempotence else "false"
+        env["AGL_TOPIC_PROFILE"] = s.topic_profile
         # the embedded engine's memory bounds (settings built in code reach the sinks process too)
         env["AGL_CLICKHOUSE_MAX_MEMORY_MB"] = str(s.clickhouse_max_memory_mb)
         if s.clickhouse_engine_settings:
@@ -94,9 +96,21 @@ class LocalStack:
             kafka_dir = self.settings.data_dir / "kafka"
             shutil.rmtree(kafka_dir, ignore_errors=True)  # the job's own broker: a fresh log, as Tansu's memory was
             self.broker = local_broker(self.settings, log_file=self.log_dir / "broker.log", data_dir=kafka_dir).start()
-            self.settings = self.settings.model_copy(update={"kafka_bootstrap": self.broker.bootstrap})
+            update: dict[str, object] = {"kafka_bootstrap": self.broker.bootstrap}
+            if self.broker.kind == "kafka":
+                update["topic_profile"] = "local"  # small segments, compaction in minutes, trimmed once read
+            else:
+                update["kafka_idempotence"] = False  # Tansu answers InitProducerId with an error
+            self.settings = self.settings.model_copy(update=update)
             logger.info("started the local broker: %s", describe(self.broker))
         await self._create_topics()
+        if self.local and self.broker is not None and self.broker.kind == "kafka":
+            # the local disk holds the backlog, not the history: records every reader has committed past go
+            trimmer = ServiceProcess(
+                "topics-trim", agl_command("topics", "trim", "--every", "30"), env=self.env(),
+                log_path=self.log_dir / "topics-trim.log",
+            ).start()  # fmt: skip
+            self.services.append(trimmer)
         if self.start_processors:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True)
             health = self.log_dir / "processors.health.json"

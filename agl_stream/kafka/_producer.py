@@ -87,6 +87,7 @@ class RecordProducer:
             max_request_size=max_request_size,
             compression_type=settings.kafka_compression,
             acks=acks,
+            enable_idempotence=self.settings.kafka_idempotence,
             request_timeout_ms=30_000,
             retry_backoff_ms=200,
         )

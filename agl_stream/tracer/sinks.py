@@ -97,6 +97,7 @@ class KafkaSpanSink:
             max_batch_size=self.max_batch_bytes,
             compression_type=self.settings.kafka_compression,
             acks="all",
+            enable_idempotence=self.settings.kafka_idempotence,
             request_timeout_ms=30_000,
             retry_backoff_ms=200,
         )

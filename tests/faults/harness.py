@@ -1,8 +1,9 @@
 """The whole pipeline on this machine, with handles to break it, and the audit of what reached ClickHouse.
 
-:class:`Pipeline` starts a Tansu broker that advertises a :class:`~tests.agl_stream.runner.tcp_proxy.TcpProxy`
-port (every client connection goes through the proxy, so the broker can "disappear" from the
-network while its process and data survive), the catalog topics, the ``agl-stream processors``
+:class:`Pipeline` starts the local broker (Apache Kafka, or Tansu without Java) advertising a
+:class:`~tests.agl_stream.runner.tcp_proxy.TcpProxy` port (every client connection goes through the
+proxy, so a test can partition one client process from the broker), or a three-node Kafka cluster
+(``brokers=3``: replication factor 3, ``min.insync.replicas`` 2, no proxy), the catalog topics, the ``agl-stream processors``
 service (state machine, triplet adapter, ClickHouse sinks owning the embedded chdb) and runner
 processes of the workload agent (``tests/benchmarks/workload_agent.py``), each a separate
 ``agl-stream runner`` process that a test can SIGKILL.
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from agl_stream.broker import LocalBroker, free_port, local_broker
+import pytest
+
+from agl_stream.broker import KafkaBroker, LocalBroker, free_port, local_broker
 from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
@@ -39,8 +42,9 @@ AGENT = "tests.benchmarks.workload_agent:workload_agent"
 
 class Pipeline:
     def __init__(self, data_dir: Path, *, partitions: int = 2, session_timeout_ms: int = 6000,
-                 processor_args: Sequence[str] = ()) -> None:  # fmt: skip
+                 processor_args: Sequence[str] = (), brokers: int = 1) -> None:  # fmt: skip
         self.data_dir = data_dir
+        self.brokers = brokers
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
         self.processor_args = ["--adapter", ADAPTER_SPEC, *processor_args]
@@ -51,16 +55,24 @@ class Pipeline:
         self.settings: Optional[Settings] = None
 
     async def start(self) -> "Pipeline":
-        broker_port, proxy_port = free_port(), free_port()
         log_dir = self.data_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = local_broker(Settings.from_env(), port=broker_port, advertised=f"127.0.0.1:{proxy_port}",
-                                   log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker").start()
-        self.proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
-        await self.proxy.start()
+        if self.brokers > 1:  # a cluster: clients know every node; faults are node kills and restarts
+            self.broker = KafkaBroker(brokers=self.brokers, log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker")
+            await asyncio.to_thread(self.broker.start)
+            bootstrap, replication = self.broker.bootstrap, min(3, self.brokers)
+        else:
+            broker_port, proxy_port = free_port(), free_port()
+            self.broker = local_broker(Settings.from_env(), port=broker_port, advertised=f"127.0.0.1:{proxy_port}",
+                                       log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker")  # fmt: skip
+            await asyncio.to_thread(self.broker.start)
+            self.proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
+            await self.proxy.start()
+            bootstrap, replication = f"127.0.0.1:{proxy_port}", 1
         settings = Settings.from_env(
-            env={}, kafka_bootstrap=f"127.0.0.1:{proxy_port}", data_dir=self.data_dir, partitions=self.partitions,
-            kafka_session_timeout_ms=self.session_timeout_ms,
+            env={}, kafka_bootstrap=bootstrap, data_dir=self.data_dir, partitions=self.partitions,
+            kafka_session_timeout_ms=self.session_timeout_ms, replication_factor=replication,
+            kafka_idempotence=self.broker.kind == "kafka",
         )  # fmt: skip
         self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
         self.settings = await self.stack.start()
@@ -98,13 +110,20 @@ class Pipeline:
     def stop_processors(self) -> None:
         self.processors.stop(timeout=60)
 
+    @property
+    def kafka(self) -> KafkaBroker:
+        """The broker, when it is Apache Kafka (the scenarios that stop and restart it need one)."""
+        if not isinstance(self.broker, KafkaBroker):
+            pytest.skip("this scenario stops and restarts the broker: it needs Apache Kafka (Tansu's memory is lost)")
+        return self.broker
+
     async def stop(self) -> None:
         if self.stack is not None:
-            self.stack.stop()
+            await asyncio.to_thread(self.stack.stop)
         if self.proxy is not None:
             await self.proxy.stop()
         if self.broker is not None:
-            self.broker.stop()
+            await asyncio.to_thread(self.broker.stop)
 
     # ---------------------------------------------------------------- waiting
 

@@ -1,7 +1,7 @@
 """Fault injection against the real pipeline: nothing enqueued is lost, nothing is written twice.
 
 Every scenario runs the benchmark's rollout workload (``tests/benchmarks/workload_agent.py``)
-through a real Tansu broker (behind a TCP proxy), the ``agl-stream processors`` service with the
+through the real local broker (Apache Kafka, behind a TCP proxy), the ``agl-stream processors`` service with the
 embedded ClickHouse, and ``agl-stream runner`` processes; breaks one part mid-stream; then audits
 ClickHouse against the tasks' ground truth (:func:`tests.faults.harness.audit`) and prints
 ``enqueued, succeeded, failed, spans, triplets, duplicates, lost``.
@@ -9,11 +9,10 @@ ClickHouse against the tasks' ground truth (:func:`tests.faults.harness.audit`) 
 Each scenario has a reduced size that runs in ``make test`` and a full size marked ``chaos``
 (``make chaos``). Outages last 10 s in both.
 
-What "the broker stops" means here: the local Tansu broker keeps its data in memory (its other
-engines are PostgreSQL and S3), so a restarted process would come back empty. The scenario cuts
-the broker off the network for 10 s instead (every client loses every connection; the broker
-process and its data survive), which is what clients see of a Kafka broker restart with
-persistent logs. See docs/operations.md, section 9.
+"The broker stops" is a SIGKILL of the Kafka broker and a restart 10 s later on the same data. On
+the Tansu fallback (memory engine: a restarted process comes back empty) the broker is cut off the
+network for 10 s instead. A three-node cluster's faults (a node, the active controller, a rolling
+restart) are in ``test_chaos_kafka_cluster.py``.
 
 The other scenarios live next to this file: the learner SIGKILLed mid-step and resumed from its
 checkpoint (``test_chaos_learner.py``), ClickHouse unavailable and ClickHouse slow enough to back
@@ -28,6 +27,7 @@ from typing import Awaitable, Callable, Optional
 
 import pytest
 
+from agl_stream.broker import KafkaBroker
 from agl_stream.client import StoreClient
 from agl_stream.types import RolloutConfig
 from tests.faults.harness import Audit, Enqueued, Pipeline, audit, enqueue, make_tasks
@@ -175,16 +175,25 @@ async def test_sigkill_processors_and_restart(workdir: Path, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", reduced_or_full(16, 200))
-async def test_broker_network_outage(workdir: Path, n: int) -> None:
+async def test_broker_crash_and_restart(workdir: Path, n: int) -> None:
+    """The broker is SIGKILLed mid-stream and started again 10 s later with its data (Apache Kafka).
+
+    On the Tansu fallback a restart would come back empty (memory engine), so there the broker is
+    cut off the network for the same 10 s instead: what clients see of a restart, without the loss."""
     async def outage(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> str:
         await until(lambda: count(store, enq, "succeeded") >= 3, 120, "rollouts to succeed", pipe)
+        if isinstance(pipe.broker, KafkaBroker):
+            await asyncio.to_thread(pipe.broker.kill)
+            await asyncio.sleep(OUTAGE_S)
+            await asyncio.to_thread(pipe.broker.start)
+            return f"broker SIGKILLed, restarted {OUTAGE_S:.0f} s later"
         assert pipe.proxy is not None
         await pipe.proxy.cut()
         await asyncio.sleep(OUTAGE_S)
         await pipe.proxy.restore()
-        return f"broker unreachable for {OUTAGE_S:.0f} s"
+        return f"broker (Tansu) unreachable for {OUTAGE_S:.0f} s"
 
     # Runners lose their group session during the outage and the group rebalances after it: claimed
     # attempts run on where they are, unclaimed tasks go to whichever runner owns their partition then.
-    result, _ = await run_scenario(workdir, "broker-outage", n, outage, sleep=0.05)
+    result, _ = await run_scenario(workdir, "broker-restart", n, outage, sleep=0.05)
     assert_exactly_once(result)
