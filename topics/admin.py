@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -116,8 +117,16 @@ async def ensure_topics(
                 await admin.create_topics(new, timeout_ms=15_000)
             except TopicAlreadyExistsError:
                 pass  # another process created them concurrently; verified below
-            await asyncio.sleep(0)
-            states.update(await _describe(admin, [s.name(settings) for s in missing]))
+            # Kafka acknowledges a creation once its controller committed it; the broker answering the
+            # describe may learn of it a moment later. Wait for it to show (bounded) before verifying.
+            names_missing = [s.name(settings) for s in missing]
+            deadline = time.monotonic() + 15.0
+            while True:
+                found = await _describe(admin, names_missing)
+                if len(found) == len(names_missing) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            states.update(found)
         report = TopicsReport([])
         for s in specs:
             name = s.name(settings)

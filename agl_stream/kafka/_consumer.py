@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Generic, Iterable, Optional, Sequence, TypeVar
 
@@ -127,13 +128,27 @@ class RecordConsumer:
             self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
         await start_with_retry(self._consumer, f"consumer {self.group_id or ''}", self.start_timeout)
         if self.group_id is None:  # no group: read every partition of the topics
-            partitions = []
-            for topic in self.topics:
-                for p in sorted(self._consumer.partitions_for_topic(topic) or ()):
-                    partitions.append(TopicPartition(topic, p))
-            self._consumer.assign(partitions)
+            self._consumer.assign(await self._all_partitions())
         self._started = True
         return self
+
+    async def _all_partitions(self, wait: float = 5.0) -> list[TopicPartition]:
+        """Every partition of the topics. A consumer outside a group has no topic metadata until it asks for
+        it (Apache Kafka answers a bootstrap with none); a topic created a moment ago may take a few
+        tries to show. A topic that does not exist after ``wait`` seconds contributes nothing."""
+        client = self._consumer._client  # aiokafka's consumer offers no public "fetch this topic's metadata"
+        partitions: list[TopicPartition] = []
+        for topic in self.topics:
+            deadline = time.monotonic() + wait
+            await client.add_topic(topic)
+            while not self._consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                await client.force_metadata_update()
+            found = sorted(self._consumer.partitions_for_topic(topic) or ())
+            if not found:
+                logger.warning("topic %s has no partitions (does it exist?); reading nothing from it", topic)
+            partitions += [TopicPartition(topic, p) for p in found]
+        return partitions
 
     async def __aenter__(self) -> "RecordConsumer":
         return await self.start()

@@ -124,6 +124,7 @@ class RolloutStateMachine:
         self._decoded = DecodedStates()  # states of the table's values this process wrote (saves decoding)
         self._recovered_at = 0.0
         self._app: Any = None
+        self._changelog_known = False
         self._spans: Optional[SpanLivenessReader] = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -271,9 +272,22 @@ class RolloutStateMachine:
             await self._rollouts.send(key=key, value=encode(state.snapshot()))
             self.counts["snapshots"] += 1
         raw = state.model_dump_json().encode()
+        await self._changelog_metadata()
         self._table[key] = raw
         self._decoded.remember(key, raw, state)
         self._index(state, state.updated_at)
+
+    async def _changelog_metadata(self) -> None:
+        """Make sure faust's producer knows the changelog's partitions before a table write.
+
+        A table write picks the changelog partition synchronously from the producer's metadata, and
+        faust never asks for it: against Apache Kafka, which answers a client's bootstrap with no topic
+        metadata, the first write would fail. ``partitions_for`` waits for that metadata (once)."""
+        if self._changelog_known:
+            return
+        producer = self._app.producer._ensure_producer()  # noqa: SLF001 - faust keeps no public accessor
+        await producer.partitions_for(CHANGELOG.name(self.settings))
+        self._changelog_known = True
 
     @staticmethod
     async def _send_acked(topic: Any, key: bytes, value: bytes) -> None:
@@ -492,6 +506,7 @@ class RolloutStateMachine:
                 if not state.terminal and now - self._last_seen.get(rid, 0.0) < self.options.retention_seconds:
                     heapq.heappush(self._expiry, (now + self.options.retention_seconds, rid))
                     continue
+                await self._changelog_metadata()
                 del self._table[rid.encode()]
                 self._decoded.forget(rid.encode())
                 self._forget(rid)

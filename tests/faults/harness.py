@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 
 import pytest
 
-from agl_stream.broker import KafkaBroker, LocalBroker, free_port, local_broker
+from agl_stream.broker import BrokerKind, KafkaBroker, LocalBroker, free_port, local_broker
 from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
@@ -42,9 +42,11 @@ AGENT = "tests.benchmarks.workload_agent:workload_agent"
 
 class Pipeline:
     def __init__(self, data_dir: Path, *, partitions: int = 2, session_timeout_ms: int = 6000,
-                 processor_args: Sequence[str] = (), brokers: int = 1) -> None:  # fmt: skip
+                 processor_args: Sequence[str] = (), brokers: int = 1, kind: Optional[BrokerKind] = None) -> None:  # fmt: skip
+        """``kind``: the broker (default: the local choice, ``AGL_LOCAL_BROKER``); ``brokers`` > 1 is a Kafka cluster."""
         self.data_dir = data_dir
         self.brokers = brokers
+        self.kind = kind
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
         self.processor_args = ["--adapter", ADAPTER_SPEC, *processor_args]
@@ -63,7 +65,7 @@ class Pipeline:
             bootstrap, replication = self.broker.bootstrap, min(3, self.brokers)
         else:
             broker_port, proxy_port = free_port(), free_port()
-            self.broker = local_broker(Settings.from_env(), port=broker_port, advertised=f"127.0.0.1:{proxy_port}",
+            self.broker = local_broker(Settings.from_env(), kind=self.kind, port=broker_port, advertised=f"127.0.0.1:{proxy_port}",
                                        log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker")  # fmt: skip
             await asyncio.to_thread(self.broker.start)
             self.proxy = TcpProxy(proxy_port, "127.0.0.1", broker_port)
