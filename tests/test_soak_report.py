@@ -69,3 +69,19 @@ def test_table_and_plot(tmp_path: Path) -> None:
     plot(points, samples, out, "test")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Sample.from_json(samples[3].to_json()) == samples[3]
+
+
+def test_broker_disk_is_judged_tabled_and_plotted(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    bounded = [replace(steady(d, d / 100), broker_disk_mb=300.0 + (d % 4000) / 40) for d in range(0, 20_001, 1000)]
+    verdict = judge(checkpoints(bounded, 2000))
+    assert verdict.ok and verdict.broker_disk_max_mb == pytest.approx(350.0)
+    assert "broker disk MiB" in markdown_table(checkpoints(bounded, 2000))
+    growing = [replace(steady(d, d / 100), broker_disk_mb=d / 5) for d in range(0, 20_001, 1000)]
+    problems = judge(checkpoints(growing, 2000)).problems
+    assert any("broker disk reached 4000 MiB" in p for p in problems), problems
+    assert Sample.from_json(growing[3].to_json()) == growing[3]
+    png = tmp_path / "soak.png"
+    plot(checkpoints(bounded, 2000), bounded, png, "disk")
+    assert png.stat().st_size > 10_000

@@ -169,6 +169,10 @@ class LocalStack:
         dashboard.stop()
         return None
 
+    def service(self, name: str) -> Optional[ServiceProcess]:
+        """The running service called ``name`` (``processors``, ``topics-trim``, ``runners``), if any."""
+        return next((s for s in self.services if s.name == name), None)
+
     def check(self) -> None:
         """Raise :class:`ServiceCrashed` when a service died; the caller stops the rest."""
         if self.broker is not None and not self.broker.running:

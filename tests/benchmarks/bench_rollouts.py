@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
+# the server side: the broker (the JVM, for Apache Kafka), its trimmer, and the processors with the embedded engine
+SERVER_ROLES = ("broker.", "topics.", "processors.")
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
@@ -237,7 +239,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         settings = await stack.start()
         assert stack.broker is not None
         procs.watch("broker", stack.broker.pid)
-        procs.watch("processors", stack.services[0].pid)
+        procs.watch("processors", stack.service("processors").pid)  # type: ignore[union-attr]
+        trimmer = stack.service("topics-trim")  # the local Kafka's trimmer: server-side work too
+        procs.watch("topics", trimmer.pid if trimmer else None)
         env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         runners = stack.start_runners(AGENT, args.runners, concurrency=args.concurrency, env=env)
         procs.watch("runners", runners.pid)
@@ -249,7 +253,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         async with StoreClient(settings) as store:
             procs.mark()  # the CPU window: from the first enqueue until the sinks wrote the last row
             t0 = time.time()
-            timeline = asyncio.create_task(record_timeline(procs, succeeded_seen, t0, args.soak_interval, soak)) \
+            broker_dir = getattr(stack.broker, "data_dir", None)  # Apache Kafka's log directory (Tansu: memory)
+            timeline = asyncio.create_task(record_timeline(procs, succeeded_seen, t0, args.soak_interval, soak, broker_dir)) \
                 if args.soak else None  # fmt: skip
             if args.rate:
                 await enqueue_at_rate(store, tasks, enq, args.rate, stack)
@@ -264,10 +269,10 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         cpu = procs.cpu_since()
         if timeline is not None:
             timeline.cancel()
-            soak.append(Sample(time.time() - t0, len(enq.tasks), procs.snapshot()))  # all done: waited for above
+            soak.append(Sample(time.time() - t0, len(enq.tasks), procs.snapshot(), folder_mb(broker_dir)))  # all done
         await follower.stop()
         runners.stop()
-        stack.services[0].stop(timeout=60)  # the processors: ClickHouse is free for this process now
+        stack.service("processors").stop(timeout=60)  # type: ignore[union-attr]  # the processors: ClickHouse is free for this process now
         procs.sample()
         sample, avg_size = await sample_spans(settings, min(expected_spans, 5000))
         raw_n = min(max(expected_spans, 5000), 30000)
@@ -351,11 +356,26 @@ def latency_rows(ch: Any, rollout_ids: list[str]) -> tuple[list[tuple[Any, ...]]
     return rows, last_span_row
 
 
+def folder_mb(path: Optional[Path]) -> Optional[float]:
+    """Bytes on disk under ``path`` (allocated blocks, as ``du``: Kafka's index files are sparse), in MiB."""
+    if path is None or not path.exists():
+        return None
+    total = 0
+    for item in path.rglob("*"):
+        try:
+            total += item.lstat().st_blocks * 512
+        except OSError:  # a segment deleted while walking
+            pass
+    return total / 2**20
+
+
 async def record_timeline(procs: ProcessSampler, succeeded: dict[str, float], t0: float, interval: float,
-                          out: list[Sample]) -> None:  # fmt: skip
-    """Every ``interval`` s: each process's CPU and RSS with the rollouts seen succeeded so far (soak mode)."""
+                          out: list[Sample], broker_dir: Optional[Path] = None) -> None:  # fmt: skip
+    """Every ``interval`` s: each process's CPU and RSS with the rollouts seen succeeded so far (soak mode),
+    and the broker's disk when it keeps its data in ``broker_dir``."""
     while True:  # the sampler's own thread reads /proc every 0.25 s: its latest readings are fresh enough
-        out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot()))
+        disk = await asyncio.to_thread(folder_mb, broker_dir)
+        out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot(), disk))
         await asyncio.sleep(interval)
 
 
@@ -380,7 +400,7 @@ def soak_results(samples: list[Sample], args: argparse.Namespace) -> dict[str, A
 def cpu_per_rollout(cpu: dict[str, float], rollouts: int) -> dict[str, float]:
     """CPU milliseconds per rollout for every process kind, and the server-side / runner totals."""
     per = {key.replace("/", "."): 1000.0 * seconds / rollouts for key, seconds in sorted(cpu.items())}
-    server = sum(v for k, v in per.items() if k.startswith(("broker.", "processors.")))
+    server = sum(v for k, v in per.items() if k.startswith(SERVER_ROLES))
     runners = sum(v for k, v in per.items() if k.startswith("runners."))
     return {**per, "server_total": server, "runners_total": runners}
 
@@ -402,7 +422,7 @@ def print_table(r: dict[str, Any]) -> None:
         ("finish -> succeeded snapshot / rollouts row p99 (target <= 1 s)",
          f"{lat['finish_to_succeeded_snapshot_s']['p99']:.2f} / {lat['finish_to_succeeded_row_s']['p99']:.2f} s"),
         ("server CPU per rollout: broker + processors (target <= 12 ms)", f"{r['cpu_ms_per_rollout']['server_total']:.1f} ms "
-         + "(" + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_ms_per_rollout"].items() if k.startswith(("broker.", "processors."))) + ")"),
+         + "(" + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_ms_per_rollout"].items() if k.startswith(SERVER_ROLES)) + ")"),
         ("runner CPU per rollout (target <= 25 ms)", f"{r['cpu_ms_per_rollout']['runners_total']:.1f} ms"),
         ("peak RSS runner max / median (target <= 150 MB)", f"{r['rss_mb']['runner_max']:.0f} / {r['rss_mb']['runner_median']:.0f} MB"),
         ("peak RSS processors / driver", f"{r['rss_mb']['processors_max']:.0f} / {r['rss_mb']['driver']:.0f} MB"),

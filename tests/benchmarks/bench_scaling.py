@@ -82,7 +82,7 @@ async def one_stack(args: argparse.Namespace, partitions: int, data_dir: Path) -
                       f"{cell['spans_per_s']:8,.0f} spans/s", flush=True)  # fmt: skip
                 cells.append(cell)
         await wait_sinks_caught_up(log_dir / "processors.health.json", total_spans, len(enq.tasks))
-        stack.services[0].stop(timeout=60)
+        stack.service("processors").stop(timeout=60)  # type: ignore[union-attr]
     finally:
         stack.stop()
     verdict = audit(settings.effective_clickhouse_dsn, enq)

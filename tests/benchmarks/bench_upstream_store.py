@@ -127,7 +127,7 @@ async def run_agl_stream(args: argparse.Namespace, work: Path) -> dict[str, Any]
         settings = await stack.start()
         assert stack.broker is not None
         sampler.watch("broker", stack.broker.pid)
-        sampler.watch("processors", stack.services[0].pid)
+        sampler.watch("processors", stack.service("processors").pid)  # type: ignore[union-attr]
         port = free_port()
         front = ServiceProcess("front-door", agl_command("ingest", "store", "--port", str(port)), env=stack.env(),
                                log_path=work / "logs" / "front-door.log").start()  # fmt: skip

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-# Processes whose CPU is the server side's (the broker and the processors with the embedded engine).
-SERVER_PREFIXES = ("broker/", "processors/")
+# Processes whose CPU is the server side's (the broker, the local Kafka's trimmer, and the processors with the
+# embedded engine).
+SERVER_PREFIXES = ("broker/", "topics/", "processors/")
 RSS_TOLERANCE = 0.20
 CPU_TOLERANCE = 0.10
+DISK_LIMIT_MB = 2048.0  # the local broker's disk bar (issue 31: under 2 GB at 100,000 rollouts)
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,20 @@ class Sample:
     t: float
     done: int
     procs: dict[str, tuple[float, float]]
+    broker_disk_mb: Optional[float] = None  # the local broker's data directory (Apache Kafka; None: not measured)
 
     def to_json(self) -> dict[str, Any]:
-        return {"t": round(self.t, 3), "done": self.done,
-                "procs": {k: [round(c, 4), round(r, 1)] for k, (c, r) in self.procs.items()}}  # fmt: skip
+        out = {"t": round(self.t, 3), "done": self.done,
+               "procs": {k: [round(c, 4), round(r, 1)] for k, (c, r) in self.procs.items()}}  # fmt: skip
+        if self.broker_disk_mb is not None:
+            out["broker_disk_mb"] = round(self.broker_disk_mb, 1)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Sample":
-        return cls(float(data["t"]), int(data["done"]), {k: (float(v[0]), float(v[1])) for k, v in data["procs"].items()})
+        disk = data.get("broker_disk_mb")
+        return cls(float(data["t"]), int(data["done"]), {k: (float(v[0]), float(v[1])) for k, v in data["procs"].items()},
+                   None if disk is None else float(disk))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,7 @@ class Verdict:
     rss_growth: dict[str, float] = field(default_factory=dict)  # fraction: 0.1 is +10%
     server_cpu_first_ms: float = 0.0
     server_cpu_after_ms: float = 0.0
+    broker_disk_max_mb: Optional[float] = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -102,7 +111,8 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "rss_growth": {k: round(v, 4) for k, v in self.rss_growth.items()},
                 "server_cpu_ms_per_rollout_first": round(self.server_cpu_first_ms, 3),
-                "server_cpu_ms_per_rollout_after": round(self.server_cpu_after_ms, 3), "problems": self.problems}  # fmt: skip
+                "server_cpu_ms_per_rollout_after": round(self.server_cpu_after_ms, 3),
+                "broker_disk_max_mb": self.broker_disk_max_mb, "problems": self.problems}  # fmt: skip
 
 
 def judge(points: Sequence[Checkpoint], *, judged: Optional[Sequence[str]] = None) -> Verdict:
@@ -131,6 +141,11 @@ def judge(points: Sequence[Checkpoint], *, judged: Optional[Sequence[str]] = Non
         verdict.problems.append(f"server CPU per rollout {verdict.server_cpu_first_ms:.1f} ms in the first "
                                 f"{first.sample.done} rollouts, {verdict.server_cpu_after_ms:.1f} ms after "
                                 f"({100 * change:+.0f}%, bar {100 * CPU_TOLERANCE:.0f}%)")  # fmt: skip
+    disks = [p.sample.broker_disk_mb for p in points if p.sample.broker_disk_mb is not None]
+    if disks:
+        verdict.broker_disk_max_mb = round(max(disks), 1)
+        if max(disks) > DISK_LIMIT_MB:
+            verdict.problems.append(f"broker disk reached {max(disks):.0f} MiB (bar {DISK_LIMIT_MB:.0f} MiB)")
     return verdict
 
 
@@ -139,24 +154,30 @@ def markdown_table(points: Sequence[Checkpoint]) -> str:
     if not points:
         return "(no checkpoints)"
     labels = sorted({k for p in points for k in p.rss if not k.endswith("/launcher")})
-    head = ["rollouts", "elapsed s", "server CPU ms/rollout (window)", *[f"{k} RSS MiB" for k in labels]]
+    disk = any(p.sample.broker_disk_mb is not None for p in points)
+    head = ["rollouts", "elapsed s", "server CPU ms/rollout (window)", *(["broker disk MiB"] if disk else []),
+            *[f"{k} RSS MiB" for k in labels]]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
         cells = [f"{p.sample.done:,}", f"{p.sample.t:.0f}", f"{p.server_cpu_ms:.1f}",
+                 *([f"{p.sample.broker_disk_mb:.0f}" if p.sample.broker_disk_mb is not None else "-"] if disk else []),
                  *[f"{p.rss[k]:.0f}" if k in p.rss else "-" for k in labels]]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(points: Sequence[Checkpoint], samples: Sequence[Sample], path: Path, title: str) -> None:
-    """Two panels over rollouts done: each process's RSS (every sample), CPU ms per rollout per window."""
+    """Panels over rollouts done: each process's RSS (every sample), CPU ms per rollout per window, and the
+    broker's disk where it was measured."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_rss, ax_cpu) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
     ordered = sorted(samples, key=lambda s: (s.done, s.t))
+    disk = [s for s in ordered if s.broker_disk_mb is not None]
+    fig, axes = plt.subplots(3 if disk else 2, 1, figsize=(9, 11 if disk else 8), sharex=True)
+    ax_rss, ax_cpu = axes[0], axes[1]
     labels = sorted({k for s in ordered for k in s.procs if not k.endswith("/launcher")})
     for key in labels:
         xs = [s.done for s in ordered if key in s.procs]
@@ -169,10 +190,18 @@ def plot(points: Sequence[Checkpoint], samples: Sequence[Sample], path: Path, ti
     for key in [k for k in labels if k.startswith(SERVER_PREFIXES)]:
         ax_cpu.plot(xs, [p.cpu_ms_per_rollout.get(key, 0.0) for p in points], marker=".", linewidth=0.9, label=key)
     ax_cpu.set_ylabel("CPU ms per rollout (window since previous point)")
-    ax_cpu.set_xlabel("rollouts succeeded")
     ax_cpu.set_ylim(bottom=0)
     ax_cpu.legend(fontsize=7, ncol=2, loc="upper left")
     ax_cpu.grid(alpha=0.3)
+    if disk:
+        ax_disk = axes[2]
+        ax_disk.plot([s.done for s in disk], [s.broker_disk_mb for s in disk], color="tab:brown", label="broker data dir")
+        ax_disk.axhline(DISK_LIMIT_MB, color="red", linestyle="--", linewidth=0.8, label=f"bar {DISK_LIMIT_MB:.0f} MiB")
+        ax_disk.set_ylabel("broker disk (MiB)")
+        ax_disk.set_ylim(bottom=0)
+        ax_disk.legend(fontsize=7, loc="upper left")
+        ax_disk.grid(alpha=0.3)
+    axes[-1].set_xlabel("rollouts succeeded")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
