@@ -47,9 +47,11 @@ class Settings(BaseModel):
     kafka_client_id: str = "agl-stream"
     kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
     kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = None
-    # Idempotent producers (no duplicate from a producer's own retries; Apache Kafka offers them). Tansu
-    # cannot: the local stack turns them off on the Tansu fallback.
-    kafka_idempotence: bool = True
+    # Idempotent producers (no duplicate from a producer's own retries). Off by default: aiokafka 0.14's
+    # idempotent producer does not survive a partition leader's failover (an OutOfOrderSequenceNumber
+    # ends its sender task and every later send fails; seen killing a node of a three-node cluster), and
+    # Tansu refuses them. Delivery stays at-least-once with idempotent sinks (docs/architecture.md).
+    kafka_idempotence: bool = False
     topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int = Field(default=4, ge=1, le=1024, description="partitions of rollout-keyed topics")
     replication_factor: int = Field(default=1, ge=1)

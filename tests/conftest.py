@@ -38,8 +38,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("broker")
     with local_broker(Settings.from_env(), log_file=folder / "broker.log", data_dir=folder / "data") as broker:
         print(f"\nsession broker: {describe(broker)}")
-        if broker.kind == "tansu":  # no idempotent producers there; services started by tests inherit this
-            os.environ["AGL_KAFKA_IDEMPOTENCE"] = "false"
         yield broker.bootstrap
 
 
@@ -53,7 +51,6 @@ def settings(kafka_bootstrap: str, tmp_path) -> Settings:  # type: ignore[no-unt
         partitions=2,
         kafka_session_timeout_ms=6000,
         data_dir=tmp_path / "agl",
-        kafka_idempotence=os.environ.get("AGL_KAFKA_IDEMPOTENCE", "true") != "false",
     )
 
 

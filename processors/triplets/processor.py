@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.adapter import TraceAdapter, TraceToMessages, build_adapter
@@ -172,8 +173,15 @@ class TripletProcessor:
                     message = f"triplets: a trajectory could not be produced: {self._fatal!r}"
                     raise RuntimeError(message) from self._fatal
                 if time.monotonic() - last_commit >= self.options.commit_interval:
-                    await consumer.commit()
-                    self._release_deferred(consumer)
+                    try:
+                        await consumer.commit()
+                    except CommitFailedError as exc:
+                        # The group rebalanced under us (a broker restart expires every member): what was not
+                        # committed is redelivered to the partitions' owners, whose replays are idempotent.
+                        self.counts["commit_failures"] += 1
+                        logger.warning("triplets: commit failed, records will be redelivered: %s", str(exc).split("\n")[0])
+                    else:
+                        self._release_deferred(consumer)
                     last_commit = time.monotonic()
         finally:
             follower.cancel()

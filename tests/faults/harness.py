@@ -74,7 +74,6 @@ class Pipeline:
         settings = Settings.from_env(
             env={}, kafka_bootstrap=bootstrap, data_dir=self.data_dir, partitions=self.partitions,
             kafka_session_timeout_ms=self.session_timeout_ms, replication_factor=replication,
-            kafka_idempotence=self.broker.kind == "kafka",
         )  # fmt: skip
         self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
         self.settings = await self.stack.start()

@@ -55,8 +55,7 @@ def parity_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 async def parity_topics(parity_broker: tuple[BrokerKind, str], tmp_path: Path) -> Settings:
     kind, bootstrap = parity_broker
     settings = Settings.from_env(env={}, kafka_bootstrap=bootstrap, topic_prefix=f"p{secrets.token_hex(4)}", partitions=2,
-                                 kafka_session_timeout_ms=6000, data_dir=tmp_path / "agl",
-                                 kafka_idempotence=kind == "kafka")  # fmt: skip
+                                 kafka_session_timeout_ms=6000, data_dir=tmp_path / "agl")  # fmt: skip
     assert (await ensure_topics(settings, strict=True)).ok
     return settings
 
