@@ -283,7 +283,7 @@ class RolloutStateMachine:
         A table write picks the changelog partition synchronously from the producer's metadata, and
         faust never asks for it: against Apache Kafka, which answers a client's bootstrap with no topic
         metadata, the first write would fail. ``partitions_for`` waits for that metadata (once)."""
-        if self._changelog_known:
+        if self._changelog_known or self._app is None:  # no app: a table without a changelog (unit tests)
             return
         producer = self._app.producer._ensure_producer()  # noqa: SLF001 - faust keeps no public accessor
         await producer.partitions_for(CHANGELOG.name(self.settings))
