@@ -63,8 +63,14 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID, base64url without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID, base64url without padding (22 characters).
+
+    Never one that starts with ``-``: the storage tool's argument parser would read it as an option
+    (as Kafka's own ``Uuid.randomUuid`` avoids; seen here once in about 60 starts)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass

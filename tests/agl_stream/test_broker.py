@@ -227,3 +227,12 @@ def test_cli_errors_follow_conventions() -> None:
     nobroker = subprocess.run([*CLI, "topics", "create"], env={k: v for k, v in os.environ.items() if k != "AGL_KAFKA_BOOTSTRAP"},
                               capture_output=True, text=True)  # fmt: skip
     assert nobroker.returncode == 2
+
+
+def test_cluster_ids_never_look_like_options() -> None:
+    """A base64url id may start with '-', which the storage tool would take for an option (1 in 64)."""
+    from agl_stream.broker._kafka import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids)
