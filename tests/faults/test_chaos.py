@@ -66,8 +66,10 @@ async def busy_runner(pipe: Pipeline, store: StoreClient, enq: Enqueued, *, runn
 
 async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runners: int = 2, concurrency: int = 4,
                        sleep: float = 0.02, timeout: float = 240.0, processor_args: tuple[str, ...] = (),
-                       config: Optional[RolloutConfig] = None) -> tuple[Audit, Pipeline]:  # fmt: skip
-    pipe = await Pipeline(tmp_path / "agl", processor_args=processor_args).start()
+                       config: Optional[RolloutConfig] = None, brokers: int = 1,
+                       drain_timeout: float = 120.0) -> tuple[Audit, Pipeline]:  # fmt: skip
+    """``brokers`` > 1: a Kafka cluster of that many nodes (``test_chaos_kafka_cluster.py``)."""
+    pipe = await Pipeline(tmp_path / "agl", processor_args=processor_args, brokers=brokers).start()
     try:
         for i in range(runners):
             pipe.start_runner(concurrency=concurrency, name=f"runner-{i}")
@@ -78,7 +80,7 @@ async def run_scenario(tmp_path: Path, name: str, n: int, fault: Fault, *, runne
             done = await store.wait_for_rollouts(rollout_ids=list(enq.tasks), timeout=timeout)
             if len(done) != n:
                 note = f"{note}; {n - len(done)} rollouts not terminal after {timeout:.0f} s"
-        await pipe.wait_drained()
+        await pipe.wait_drained(timeout=drain_timeout)
         # off the event loop: it also runs the TCP proxy every client connects through
         await asyncio.to_thread(pipe.stop_runners)
         await asyncio.to_thread(pipe.stop_processors)

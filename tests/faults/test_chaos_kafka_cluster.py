@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from agl_stream.broker import KafkaBroker, choose_local_broker
 from agl_stream.client import StoreClient
 from agl_stream.config import Settings
-from tests.faults.harness import Enqueued, Pipeline, audit, enqueue, make_tasks
-from tests.faults.report import report
+from tests.faults.harness import Enqueued, Pipeline
 from tests.faults.scenario import assert_exactly_once, count, reduced_or_full, until
+from tests.faults.test_chaos import Fault, run_scenario
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,27 +42,13 @@ def busiest_leader(broker: KafkaBroker, settings: Settings) -> tuple[int, int]:
     return node, partitions
 
 
-async def run_cluster_scenario(workdir: Path, name: str, n: int, fault) -> None:  # type: ignore[no-untyped-def]
-    pipe = await Pipeline(workdir / "agl", brokers=3).start()
-    try:
-        for i in range(2):
-            pipe.start_runner(concurrency=4, name=f"runner-{i}")
-        assert pipe.settings is not None
-        async with StoreClient(pipe.settings) as store:
-            enq = await enqueue(store, make_tasks(n, seed=n, sleep=0.05, prefix=name), batch=32)
-            await until(lambda: count(store, enq, "succeeded") >= max(3, n // 10), 180, "rollouts to succeed", pipe)
-            note = await fault(pipe, store, enq)
-            done = await store.wait_for_rollouts(rollout_ids=list(enq.tasks), timeout=300)
-            if len(done) != n:
-                note = f"{note}; {n - len(done)} rollouts not terminal after 300 s"
-        await pipe.wait_drained(timeout=180)
-        await asyncio.to_thread(pipe.stop_runners)
-        await asyncio.to_thread(pipe.stop_processors)
-        assert pipe.processors.returncode == 0, f"the processors did not stop cleanly:\n{pipe.processors.tail()[-3000:]}"
-        result = audit(pipe.settings.effective_clickhouse_dsn, enq)
-    finally:
-        await pipe.stop()
-    report(result.line(name) + f" [{note}]")
+async def run_cluster_scenario(workdir: Path, name: str, n: int, fault: Fault) -> None:
+    """``test_chaos.run_scenario`` on a three-node cluster; the fault strikes once a tenth of the rollouts succeeded."""
+    async def after_some(pipe: Pipeline, store: StoreClient, enq: Enqueued) -> Optional[str]:
+        await until(lambda: count(store, enq, "succeeded") >= max(3, n // 10), 180, "rollouts to succeed", pipe)
+        return await fault(pipe, store, enq)
+
+    result, _ = await run_scenario(workdir, name, n, after_some, sleep=0.05, timeout=300, brokers=3, drain_timeout=180)
     assert_exactly_once(result)
 
 
