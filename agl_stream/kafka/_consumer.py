@@ -28,6 +28,9 @@ from agl_stream.serialization import RecordError, decode
 
 logger = logging.getLogger(__name__)
 
+#: tenures per partition whose commit-on-revoke offset is remembered (a claim spans at most a few rebalances)
+_TENURES_KEPT = 8
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -76,9 +79,7 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
             await self.owner.commit()
         except Exception as exc:  # the group may already be gone; the records will simply be replayed
             logger.warning("commit before rebalance failed (records will be redelivered): %r", exc)
-        self.owner.tracker.forget(revoked)  # type: ignore[arg-type]
-        for tp in revoked:
-            self.owner.revocations[tp] = self.owner.revocations.get(tp, 0) + 1
+        self.owner.end_tenure(revoked)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         self.owner.assignment_changed.set()
@@ -103,6 +104,8 @@ class RecordConsumer:
         self.start_timeout = start_timeout
         self.tracker = OffsetTracker()
         self.revocations: dict[TopicPartition, int] = {}  # per partition: how often a rebalance took it away
+        # per (partition, tenure): the offset this consumer had committed when the tenure ended
+        self._committed_at_revoke: dict[tuple[TopicPartition, int], int] = {}
         self.assignment_changed = asyncio.Event()
         self._consumer = AIOKafkaConsumer(
             **connection_options(settings, bootstrap),
@@ -207,6 +210,32 @@ class RecordConsumer:
         if not self.owns(record):
             return None
         return self.revocations.get(TopicPartition(record.topic, record.partition), 0)
+
+    def end_tenure(self, revoked: Sequence[TopicPartition]) -> None:
+        """A rebalance took ``revoked`` away (after the commit on revoke): remember what each tenure committed."""
+        for tp in revoked:
+            tenure = self.revocations.get(tp, 0)
+            committed = self.tracker.committed_offset(tp)
+            if committed is not None:
+                self._committed_at_revoke[(tp, tenure)] = committed
+            self._committed_at_revoke.pop((tp, tenure - _TENURES_KEPT), None)
+            self.revocations[tp] = tenure + 1
+        self.tracker.forget(list(revoked))  # type: ignore[arg-type]
+
+    def committed_in_tenure(self, record: ConsumerRecord, tenure: int) -> bool:
+        """Whether this consumer committed past ``record`` while it held the partition under ``tenure``
+        (a token from :meth:`ownership`), the commit on revoke included.
+
+        A claim whose own commit failed mid-outage may still have been committed by the rebalance
+        that ended the tenure: then the record is not redelivered to anyone, and it is this
+        consumer's to finish.
+        """
+        if self.group_id is None:
+            return True
+        tp = TopicPartition(record.topic, record.partition)
+        if tenure == self.revocations.get(tp, 0):  # still the current tenure
+            return self.is_committed(record)
+        return self._committed_at_revoke.get((tp, tenure), -1) > record.offset
 
     def is_committed(self, record: ConsumerRecord) -> bool:
         """Whether this consumer committed an offset past ``record`` (it will not be redelivered)."""

@@ -53,6 +53,10 @@ class OffsetTracker:
     def is_committed(self, partition: Hashable, offset: int) -> bool:
         return self._committed.get(partition, -1) > offset
 
+    def committed_offset(self, partition: Hashable) -> int | None:
+        """The last offset (next to read) committed for ``partition``; None if none since it was assigned."""
+        return self._committed.get(partition)
+
     def committed(self, offsets: dict[Hashable, int]) -> None:
         self._committed.update(offsets)
 

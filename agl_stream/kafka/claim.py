@@ -5,7 +5,15 @@ An attempt id names one execution, so a task must be *claimed* before anything r
 From then on the attempt is the state machine's business (a silent attempt becomes
 ``unresponsive``). Until the claim completes nothing ran, so redelivery is harmless: if the
 partition is revoked mid-claim (even if assigned back since) the task is left to its new owner and
-the only trace is a repeated ``started`` event, which the state machine ignores.
+the only trace is a repeated ``started`` event, which the state machine ignores. One exception: a
+rebalance commits what is done before giving a partition away, so a claim whose own commit failed
+(the broker was down) may be completed by that commit; then the record goes to nobody else and the
+claim holds.
+
+What stays open: a commit whose response is lost although it landed (the broker died between the
+two), followed by a rebalance whose own commit fails too. The task is then neither redelivered nor
+run; the state machine's watchdog (``unresponsive_seconds``) closes its attempt and retries it when
+the rollout's config asks for that.
 
 Shared by :class:`~agl_stream.runner.LitAgentRunner` and by ``StoreClient.dequeue_rollout`` (a
 hand-written runner is a member of the same consumer group and claims the same way).
@@ -60,6 +68,11 @@ async def claim_record(
     delay = 0.01  # an earlier claim in flight usually commits within milliseconds: look again soon
     while not consumer.is_committed(record):
         if consumer.ownership(record) != owner:
+            # The rebalance commits what is done before it gives the partition away: if that commit
+            # covered this record, nobody gets it again and the claim is complete after all.
+            if consumer.committed_in_tenure(record, owner):  # type: ignore[arg-type]
+                logger.info("the claim of %s was committed by the rebalance that took its partition; it holds", what)
+                return True
             return False
         try:
             await commit()

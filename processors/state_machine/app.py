@@ -26,7 +26,8 @@ times are gone, so every watched attempt gets a fresh ``unresponsive_seconds`` w
 recovery time (never a false "unresponsive").
 
 Bounded memory: terminal rollouts are dropped from the table ``retention_seconds`` after they
-ended (their last snapshot stays on the compacted topic); states created by runner events whose
+ended, or earlier, oldest first, once more than ``max_terminal_held`` are held (their last
+snapshot stays on the compacted topic); states created by runner events whose
 task never arrived are dropped after the same idle time. Snapshots are only published for
 rollouts whose task was seen, so a very late event about a dropped rollout cannot overwrite its
 final snapshot.
@@ -100,6 +101,9 @@ def _span_ids(value: Optional[bytes]) -> tuple[str, str]:
 class StateMachineOptions:
     scan_interval: float = 1.0
     retention_seconds: float = 600.0
+    # At most this many terminal rollouts held at once, the oldest dropped first: memory stays flat
+    # whatever the rate (600 s at 40 rollouts/s would otherwise hold 24,000).
+    max_terminal_held: int = 5000
     republish_window: float = 60.0
     group_id: Optional[str] = None  # default: "<topic prefix>-state-machine"
 
@@ -121,6 +125,7 @@ class RolloutStateMachine:
         self._running: dict[str, str] = {}  # rollout id -> attempt id of a running attempt (span fast path)
         self._last_seen: dict[str, float] = {}
         self._expiry: list[tuple[float, str]] = []
+        self._terminal: dict[str, None] = {}  # terminal rollouts held, oldest first (insertion order)
         self._decoded = DecodedStates()  # states of the table's values this process wrote (saves decoding)
         self._recovered_at = 0.0
         self._app: Any = None
@@ -240,6 +245,10 @@ class RolloutStateMachine:
         expire_at = self._expire_at(state)
         if expire_at is not None:
             heapq.heappush(self._expiry, (expire_at, rid))
+        if state.terminal:
+            self._terminal.setdefault(rid, None)
+        else:
+            self._terminal.pop(rid, None)
 
     def _expire_at(self, state: RolloutState) -> Optional[float]:
         if state.terminal:
@@ -252,6 +261,7 @@ class RolloutStateMachine:
         self._watch.discard(rollout_id)
         self._running.pop(rollout_id, None)
         self._last_seen.pop(rollout_id, None)
+        self._terminal.pop(rollout_id, None)
 
     async def _apply(self, outcome: Outcome) -> None:
         if outcome.note:
@@ -506,8 +516,15 @@ class RolloutStateMachine:
                 if not state.terminal and now - self._last_seen.get(rid, 0.0) < self.options.retention_seconds:
                     heapq.heappush(self._expiry, (now + self.options.retention_seconds, rid))
                     continue
-                await self._changelog_metadata()
-                del self._table[rid.encode()]
-                self._decoded.forget(rid.encode())
-                self._forget(rid)
+                await self._drop(rid)
                 self.counts["expired"] += 1
+            while len(self._terminal) > self.options.max_terminal_held:
+                await self._drop(next(iter(self._terminal)))
+                self.counts["expired_over_cap"] += 1
+
+    async def _drop(self, rid: str) -> None:
+        """Remove a rollout's state from the table (its last snapshot stays on the compacted topic)."""
+        await self._changelog_metadata()
+        self._table.pop(rid.encode(), None)
+        self._decoded.forget(rid.encode())
+        self._forget(rid)

@@ -103,6 +103,54 @@ async def test_ownership_token_changes_when_a_rebalance_revokes_the_partition(to
         await asyncio.gather(first.stop(), second.stop())
 
 
+async def test_a_claim_whose_commit_failed_holds_when_the_rebalance_commits_it(topics: Settings) -> None:
+    """The broker is down while a runner commits its claim; the rebalance after the outage commits it on
+    revoke. The claim then holds (its runner runs the task) and the record is redelivered to nobody.
+
+    Seen in CI on Apache Kafka before the fix: the claim gave the task up to a "new owner" that
+    started past it, and the rollout stayed ``preparing`` forever."""
+    from aiokafka.errors import KafkaConnectionError
+
+    from agl_stream.kafka.claim import claim_record
+
+    topic = topics.topic("tasks")
+    async with RecordProducer(topics) as producer:
+        await producer.send_and_wait(topic, b"task", key="t", partition=0)
+    first = RecordConsumer(topics, [topic], group_id="claim-on-revoke")
+    await first.start()
+    second = RecordConsumer(topics, [topic], group_id="claim-on-revoke")
+    try:
+        deadline = time.monotonic() + 40
+        got: list = []
+        while not got and time.monotonic() < deadline:
+            got = await first.getmany(0.3)
+        assert got and got[0].value == b"task"
+        record = got[0]
+        reported: list[str] = []
+
+        async def report_started() -> None:
+            reported.append("started")
+
+        async def commit_while_the_broker_is_down() -> None:
+            raise KafkaConnectionError("the broker is down (simulated for this commit only)")
+
+        claim = asyncio.create_task(claim_record(first, record, report_started, commit_while_the_broker_is_down, "t"))
+        await second.start()  # the group rebalances: the first consumer commits what is done, then gives up its partitions
+        redelivered: list = []
+        while not claim.done() and time.monotonic() < deadline:
+            redelivered += [r for r in await second.getmany(0.2) if r.value == b"task"]
+        assert await asyncio.wait_for(claim, 5), "the claim was given up although the rebalance committed it"
+        assert reported == ["started"]
+        settle = time.monotonic() + 5
+        while time.monotonic() < settle:  # both members read on: nobody may get the task again
+            for consumer in (first, second):
+                redelivered += [r for r in await consumer.getmany(0.2) if r.value == b"task"]
+        assert not redelivered, "the claimed task was delivered again"
+        assert await first.raw.committed(TopicPartition(topic, 0)) == 1 or await second.raw.committed(TopicPartition(topic, 0)) == 1
+    finally:
+        await asyncio.gather(first.stop(), second.stop())
+
+
 async def test_committed_offsets_survive_a_consumer_restart(topics: Settings) -> None:
     topic = topics.topic("attempts")
     raw = [f"rec-{i}".encode() for i in range(10)]

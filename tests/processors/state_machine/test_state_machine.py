@@ -281,6 +281,21 @@ async def test_finished_rollouts_leave_the_table_and_late_events_cannot_resurrec
         assert h.latest(task.rollout_id).rollout.status == "succeeded"  # type: ignore[union-attr]
 
 
+async def test_terminal_rollouts_held_are_capped_oldest_first(topics: Settings) -> None:
+    """Memory stays flat whatever the rate: past ``max_terminal_held`` the oldest finished rollouts go early."""
+    options = StateMachineOptions(scan_interval=0.1, retention_seconds=600, max_terminal_held=2)
+    async with harness(topics, options) as h:
+        tasks = [await h.enqueue(f"ro-00000000c{i:03d}", RolloutConfig()) for i in range(5)]
+        for task in tasks:
+            await h.run_attempt(task, "succeeded")
+            await h.wait_status(task.rollout_id, "succeeded")
+        await h.wait_count("expired_over_cap", 3)
+        assert h.machine.health()["rollouts_in_table"] == 2
+        assert h.machine.counts["expired"] == 0  # none of them reached the 600 s retention
+        for task in tasks:  # every rollout's final snapshot stays on the compacted topic
+            assert h.latest(task.rollout_id).rollout.status == "succeeded"  # type: ignore[union-attr]
+
+
 async def test_client_cancel_reaches_the_state_machine(topics: Settings) -> None:
     """``StoreClient.cancel_rollout`` (upstream's update_rollout(status="cancelled")) cancels a queued rollout."""
     from agl_stream.client import StoreClient
