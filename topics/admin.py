@@ -103,6 +103,7 @@ async def ensure_topics(
         names = [s.name(settings) for s in specs]
         states = await _describe(admin, names)
         missing = [s for s in specs if s.name(settings) not in states]
+        settling = [n for n, st in states.items() if not st.partitions]  # created a moment ago by another process
         if missing:
             new = [
                 NewTopic(
@@ -117,13 +118,17 @@ async def ensure_topics(
                 await admin.create_topics(new, timeout_ms=15_000)
             except TopicAlreadyExistsError:
                 pass  # another process created them concurrently; verified below
+        if missing or settling:
             # Kafka acknowledges a creation once its controller committed it; the broker answering the
-            # describe may learn of it a moment later. Wait for it to show (bounded) before verifying.
-            names_missing = [s.name(settings) for s in missing]
-            deadline = time.monotonic() + 15.0
+            # describe may learn of it a moment later, and list it first with no partitions (their
+            # leaders not elected yet; seen on a three-node cluster). Wait (bounded) until every new
+            # topic shows its partitions before verifying.
+            waiting = [s.name(settings) for s in missing] + settling
+            deadline = time.monotonic() + 30.0
             while True:
-                found = await _describe(admin, names_missing)
-                if len(found) == len(names_missing) or time.monotonic() > deadline:
+                found = await _describe(admin, waiting)
+                settled = all(found.get(n) is not None and found[n].partitions for n in waiting)
+                if settled or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.1)
             states.update(found)

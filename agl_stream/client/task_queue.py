@@ -20,7 +20,7 @@ import time
 from typing import Optional
 
 from agl_stream.config import Settings
-from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka import Decoded, RecordConsumer, RecordProducer
 from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream.kafka.claim import claim_record, is_preclaimed
 from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter
@@ -63,7 +63,7 @@ class TaskQueue:
         if limit <= 0:
             return []
         deadline = time.monotonic() + self.poll_timeout
-        fetched: list[tuple[AttemptedRollout, object]] = []
+        fetched: list[Decoded[AttemptedRollout]] = []
         async with self._lock:
             self._last_call = time.monotonic()
             # a call that waited for the lock still gets a short fetch of its own: records in flight to
@@ -80,18 +80,19 @@ class TaskQueue:
                     if is_preclaimed(decoded.headers):  # start_rollout/start_attempt: its writer runs it
                         consumer.done(decoded.record)
                         continue
-                    fetched.append((decoded.value, decoded.record))
+                    fetched.append(decoded)
                 if (not good and not bad) or time.monotonic() >= deadline:
                     break
-        results = await asyncio.gather(*(self._claim(consumer, task, record, worker_id) for task, record in fetched))
+        results = await asyncio.gather(*(self._claim(consumer, decoded, worker_id) for decoded in fetched))
         claimed = [task for task in results if task is not None]
         if len(fetched) < limit:
             await consumer.commit()  # skipped records (pre-claimed, dead-lettered) need not be seen again
         self._last_call = time.monotonic()
         return claimed
 
-    async def _claim(self, consumer: RecordConsumer, task: AttemptedRollout, record: object,
+    async def _claim(self, consumer: RecordConsumer, decoded: Decoded[AttemptedRollout],
                      worker_id: Optional[str]) -> Optional[AttemptedRollout]:  # fmt: skip
+        task = decoded.value
         started_at = time.time()
         event = AttemptEvent(
             kind="started", rollout_id=task.rollout_id, attempt_id=task.attempt.attempt_id,
@@ -103,7 +104,8 @@ class TaskQueue:
         async def report() -> None:
             await self.producer.send_and_wait(topic, event, key=task.rollout_id)
 
-        if not await claim_record(consumer, record, report, consumer.commit, f"attempt {task.attempt.attempt_id}"):  # type: ignore[arg-type]
+        if not await claim_record(consumer, decoded.record, report, consumer.commit, f"attempt {task.attempt.attempt_id}",
+                                  decoded.tenure):  # fmt: skip
             logger.info("task %s moved to another runner before it was claimed", task.rollout_id)
             return None
         attempt = task.attempt.model_copy(update={"status": "preparing", "worker_id": worker_id, "start_time": started_at})

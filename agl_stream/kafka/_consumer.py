@@ -51,6 +51,8 @@ class Decoded(Generic[M]):
 
     value: M
     record: ConsumerRecord
+    #: :meth:`RecordConsumer.ownership` when the record was handed out: a claim must happen in this tenure
+    tenure: Optional[int] = None
 
     @property
     def key(self) -> Optional[str]:
@@ -190,7 +192,7 @@ class RecordConsumer:
         bad: list[Rejected] = []
         for record in await self.getmany(timeout, max_records):
             try:
-                good.append(Decoded(decode(record.value, model), record))
+                good.append(Decoded(decode(record.value, model), record, self.ownership(record)))
             except RecordError as err:
                 bad.append(Rejected(err, record))
         return good, bad

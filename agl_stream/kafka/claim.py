@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Optional
 
 from aiokafka.structs import ConsumerRecord
 
@@ -50,9 +50,15 @@ async def claim_record(
     report_started: Callable[[], Awaitable[Any]],
     commit: Callable[[], Awaitable[Any]],
     what: str,
+    tenure: Optional[int],
 ) -> bool:
-    """Report ``started`` then commit ``record``'s offset, both acknowledged; False: the partition moved first."""
-    owner = consumer.ownership(record)
+    """Report ``started`` then commit ``record``'s offset, both acknowledged; False: the partition moved first.
+
+    ``tenure``: :meth:`RecordConsumer.ownership` when the record was fetched (``Decoded.tenure``). A
+    record fetched before a rebalance that took its partition away and gave it back is stale: the
+    new tenure redelivers it from the committed offset, and only that delivery may claim it.
+    """
+    owner = tenure
     delay = 0.2
     while True:
         if owner is None or consumer.ownership(record) != owner:

@@ -438,7 +438,7 @@ class LitAgentRunner:
         assert self._consumer is not None
         rollout = decoded.value
         claimed = await claim_record(self._consumer, decoded.record, lambda: self._send_event(rollout, "started", wait=True),
-                                     self._commit, f"attempt {rollout.attempt.attempt_id}")  # fmt: skip
+                                     self._commit, f"attempt {rollout.attempt.attempt_id}", decoded.tenure)  # fmt: skip
         return claimed or self._left_to_new_owner(rollout, decoded.record.partition)
 
     def _left_to_new_owner(self, rollout: AttemptedRollout, partition: int) -> bool:

@@ -134,7 +134,8 @@ async def test_a_claim_whose_commit_failed_holds_when_the_rebalance_commits_it(t
         async def commit_while_the_broker_is_down() -> None:
             raise KafkaConnectionError("the broker is down (simulated for this commit only)")
 
-        claim = asyncio.create_task(claim_record(first, record, report_started, commit_while_the_broker_is_down, "t"))
+        claim = asyncio.create_task(claim_record(first, record, report_started, commit_while_the_broker_is_down, "t",
+                                                first.ownership(record)))
         await second.start()  # the group rebalances: the first consumer commits what is done, then gives up its partitions
         redelivered: list = []
         while not claim.done() and time.monotonic() < deadline:
@@ -149,6 +150,48 @@ async def test_a_claim_whose_commit_failed_holds_when_the_rebalance_commits_it(t
         assert await first.raw.committed(TopicPartition(topic, 0)) == 1 or await second.raw.committed(TopicPartition(topic, 0)) == 1
     finally:
         await asyncio.gather(first.stop(), second.stop())
+
+
+async def test_a_record_fetched_before_its_partition_moved_away_and_back_cannot_be_claimed(topics: Settings) -> None:
+    """A stale copy of a task (fetched in an earlier tenure) must not be claimed: its partition's new
+    tenure redelivers the record from the committed offset, and only that delivery may run it."""
+    from agl_stream.kafka.claim import claim_record
+
+    topic = topics.topic("tasks")
+    async with RecordProducer(topics) as producer:
+        await producer.send_and_wait(topic, b"task", key="t", partition=0)
+    first = RecordConsumer(topics, [topic], group_id="stale-claim")
+    await first.start()
+    try:
+        deadline = time.monotonic() + 40
+        got: list = []
+        while not got and time.monotonic() < deadline:
+            got = await first.getmany(0.3)
+        stale, tenure = got[0], first.ownership(got[0])
+        second = RecordConsumer(topics, [topic], group_id="stale-claim")
+        await second.start()  # the partitions move (eager rebalance: every one is revoked first)
+        while first.ownership(stale) == tenure and time.monotonic() < deadline:
+            await asyncio.gather(first.getmany(0.2), second.getmany(0.2))
+        await second.stop()  # and come back to the first consumer
+        redelivered: list = []
+        while first.ownership(stale) is None and time.monotonic() < deadline:
+            redelivered += await first.getmany(0.2)
+        assert first.ownership(stale) not in (None, tenure)
+        reported: list[str] = []
+
+        async def report_started() -> None:
+            reported.append("started")
+
+        assert not await claim_record(first, stale, report_started, first.commit, "t", tenure)
+        assert reported == [], "a stale copy reported started"
+        while not redelivered and time.monotonic() < deadline:
+            redelivered += await first.getmany(0.2)
+        fresh = redelivered[0]
+        assert fresh.value == b"task" and fresh.offset == stale.offset
+        assert await claim_record(first, fresh, report_started, first.commit, "t", first.ownership(fresh))
+        assert reported == ["started"]
+    finally:
+        await first.stop()
 
 
 async def test_committed_offsets_survive_a_consumer_restart(topics: Settings) -> None:
