@@ -55,3 +55,12 @@ def wait_for_port(host: str, port: int, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+
+
+def fallback_notice(reason: str) -> str:
+    """The one line a machine without Apache Kafka gets: what is missing, what Tansu loses, how to get Kafka."""
+    return (
+        f"agl-stream: the local broker is Tansu, not Apache Kafka ({reason}): it keeps every record in memory, "
+        "with no retention, compaction or transactions; for Apache Kafka install Java 17+ and Maven, then run "
+        "`agl-stream broker install` (or set AGL_KAFKA_BOOTSTRAP to a cluster)"
+    )

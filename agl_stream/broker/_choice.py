@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from agl_stream.broker._base import BrokerError, BrokerKind, LocalBroker
+from agl_stream.broker._base import BrokerError, BrokerKind, LocalBroker, fallback_notice
 from agl_stream.broker._install import KAFKA_VERSION, KafkaUnavailable, kafka_install
 from agl_stream.broker._kafka import KafkaBroker
 from agl_stream.broker._tansu import TansuBroker
@@ -19,14 +19,6 @@ from agl_stream.config import Settings
 
 _notice_lock = threading.Lock()
 _noticed = False
-
-
-def fallback_notice(reason: str) -> str:
-    return (
-        f"agl-stream: the local broker is Tansu, not Apache Kafka ({reason}): it keeps every record in memory, "
-        "with no retention, compaction or transactions; for Apache Kafka install Java 17+ and Maven, then run "
-        "`agl-stream broker install` (or set AGL_KAFKA_BOOTSTRAP to a cluster)"
-    )
 
 
 def _notice_once(reason: str) -> None:

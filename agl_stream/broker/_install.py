@@ -5,6 +5,9 @@ The jars are fetched once with Maven from the Maven build file shipped in this p
 (``AGL_KAFKA_HOME``, default ``$XDG_CACHE_HOME/agl-stream/kafka-<version>``). Running needs
 Java 17 or newer; fetching needs Maven too. What is missing is said in one sentence
 (:class:`KafkaUnavailable`), for the Tansu fallback's notice and for errors.
+
+Standard library only, so that ``make`` can run this file as a script
+(``python agl_stream/broker/_install.py --optional``) while pip installs the venv beside it.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from agl_stream.broker._base import BrokerError
+try:
+    from agl_stream.broker._base import BrokerError, fallback_notice
+except ImportError:  # run as a script (make's setup, before the venv has the package's dependencies)
+    from _base import BrokerError, fallback_notice  # type: ignore[no-redef]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +53,7 @@ def kafka_home(override: Optional[Path] = None) -> Path:
 
 def package_file(name: str) -> Path:
     """A file shipped beside this module in ``kafka/`` (the Maven build file, the logging config)."""
-    return Path(str(resources.files("agl_stream.broker").joinpath("kafka", name)))
+    return Path(__file__).resolve().parent / "kafka" / name
 
 
 @dataclass(frozen=True)
@@ -134,3 +141,40 @@ def kafka_install(home: Optional[Path] = None, *, fetch: bool = True) -> KafkaIn
             raise KafkaUnavailable(f"Apache Kafka {KAFKA_VERSION} is not installed in {home} (agl-stream broker install)")
         install_kafka(home)
     return KafkaInstall(home=home, java=java)
+
+
+def fetch_for_setup(home: Optional[Path] = None, *, optional: bool = False, echo: Callable[[str], None] = print) -> bool:
+    """``agl-stream broker install`` and make's setup: fetch the jars unless present; False if Kafka cannot run here.
+
+    ``optional``: where Java or Maven is missing, say so in the Tansu notice (on stderr) instead of raising.
+    """
+    target = kafka_home(home)
+    try:
+        find_java()
+        if is_installed(target):
+            echo(f"Apache Kafka {KAFKA_VERSION} is installed in {target}")
+            return True
+        echo(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {target} ...")
+        began = time.monotonic()
+        install_kafka(target)
+    except KafkaUnavailable as exc:
+        if not optional:
+            raise
+        print(fallback_notice(str(exc)), file=sys.stderr, flush=True)
+        return False
+    echo(f"Apache Kafka {KAFKA_VERSION} installed in {target} ({time.monotonic() - began:.0f} s)")
+    return True
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Fetch Apache Kafka's pinned jars (what `agl-stream broker install` does).")
+    parser.add_argument("--home", type=Path, default=None, help="where the jars go (default: AGL_KAFKA_HOME or the user cache)")
+    parser.add_argument("--optional", action="store_true", help="exit 0 with the Tansu notice when Java or Maven is missing")
+    cli = parser.parse_args()
+    try:
+        fetch_for_setup(cli.home, optional=cli.optional)
+    except KafkaUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -11,16 +11,7 @@ from typing import Optional
 
 import typer
 
-from agl_stream.broker import (
-    KAFKA_VERSION,
-    BrokerError,
-    KafkaUnavailable,
-    describe,
-    install_kafka,
-    is_installed,
-    kafka_home,
-    local_broker,
-)
+from agl_stream.broker import BrokerError, KafkaUnavailable, describe, local_broker
 from agl_stream.config import Settings
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
@@ -82,21 +73,10 @@ def install(
     ),
 ) -> None:
     """Fetch Apache Kafka's pinned jars from Maven Central (needs Maven and Java 17+; once per machine)."""
-    from agl_stream.broker import fallback_notice, find_java
+    from agl_stream.broker._install import fetch_for_setup
 
-    target = kafka_home(home)
     try:
-        find_java()
-        if is_installed(target):
-            typer.echo(f"Apache Kafka {KAFKA_VERSION} is installed in {target}")
-            return
-        typer.echo(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {target} ...")
-        began = time.monotonic()
-        install_kafka(target)
+        fetch_for_setup(home, optional=optional, echo=typer.echo)
     except KafkaUnavailable as exc:
-        if optional:
-            typer.echo(fallback_notice(str(exc)), err=True)
-            return
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"Apache Kafka {KAFKA_VERSION} installed in {target} ({time.monotonic() - began:.0f} s)")

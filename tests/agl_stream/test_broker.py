@@ -205,6 +205,23 @@ def test_broker_install_is_idempotent() -> None:
     assert done.returncode == 0 and "is installed in" in done.stdout
 
 
+def test_the_installer_runs_as_a_script_without_the_venv(tmp_path: Path) -> None:
+    """make runs it beside pip's install of the venv: no site-packages (``-S``), standard library only."""
+    import agl_stream.broker._install as installer
+
+    script = installer.__file__
+    no_java = {"PATH": str(tmp_path), "HOME": str(tmp_path), "AGL_KAFKA_HOME": str(tmp_path / "kafka")}
+    optional = subprocess.run([sys.executable, "-S", script, "--optional"], env=no_java, capture_output=True, text=True, timeout=60)
+    assert optional.returncode == 0, optional.stderr
+    assert "no java" in optional.stderr and "Tansu" in optional.stderr and "agl-stream broker install" in optional.stderr
+    required = subprocess.run([sys.executable, "-S", script], env=no_java, capture_output=True, text=True, timeout=60)
+    assert required.returncode == 2 and "error: no java" in required.stderr
+    if _kafka_here():
+        present = subprocess.run([sys.executable, "-S", script, "--optional"], capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "AGL_KAFKA_HOME": str(installer.kafka_home())})  # fmt: skip
+        assert present.returncode == 0 and "is installed in" in present.stdout, present.stderr
+
+
 def test_topics_commands(kafka_bootstrap: str) -> None:
     env = {**os.environ, "AGL_KAFKA_BOOTSTRAP": kafka_bootstrap, "AGL_TOPIC_PREFIX": f"cli{os.getpid()}"}
     created = subprocess.run([*CLI, "topics", "create"], env=env, capture_output=True, text=True, timeout=60)

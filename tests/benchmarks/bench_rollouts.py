@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
+from agl_stream.broker import describe as describe_broker  # noqa: E402
 from agl_stream.client import StoreClient  # noqa: E402
 from agl_stream.client.sql_ids import in_lists  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
@@ -238,6 +239,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     try:
         settings = await stack.start()
         assert stack.broker is not None
+        results["broker"] = describe_broker(stack.broker)
         procs.watch("broker", stack.broker.pid)
         procs.watch("processors", stack.service("processors").pid)  # type: ignore[union-attr]
         trimmer = stack.service("topics-trim")  # the local Kafka's trimmer: server-side work too

@@ -1,12 +1,13 @@
 """Server CPU per rollout, side by side: agl-stream on the default workload and upstream's store on its own.
 
-Runs alternate in one session on one machine: ``bench_rollouts.py`` (the local stack: Tansu broker,
-processors with the embedded ClickHouse; every rollout verified from ClickHouse), then upstream
+Runs alternate in one session on one machine: ``bench_rollouts.py`` (the local stack: the local broker,
+Apache Kafka where Java runs, else Tansu; processors with the embedded ClickHouse; every rollout
+verified from ClickHouse), then upstream
 agentlightning 0.3.0's ``agl store`` driven by upstream's own ``Trainer``, client and runner processes
 on upstream's store-benchmark workload (``bench_upstream_store.run_upstream``, side venv of ``make
 upstream``; every rollout verified by the workload through ``query_spans``). Same rollouts, batch,
-runner count and agent sleep. Server CPU is whole-process CPU from /proc over the run: broker +
-processors apps (embedded engine included) for agl-stream, the store process for upstream.
+runner count and agent sleep. Server CPU is whole-process CPU from /proc over the run: broker (the JVM on Kafka) +
+the topic trimmer + processors apps (embedded engine included) for agl-stream, the store process for upstream.
 
 Run: ``python tests/benchmarks/bench_vs_upstream.py [--runs 3] [--json docs/bench-report/vs_upstream.json]``
 """
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"\n=== run {i + 1}/{args.runs}: agl-stream (bench_rollouts) ===", flush=True)
         r = bench_rollouts.main(["--rollouts", str(args.rollouts), "--batch", str(args.batch), "--runners", str(args.runners),
                                  "--sleep", str(args.sleep), "--partitions", str(args.partitions)])  # fmt: skip
-        ours.append({"rollouts_per_s": r["rollouts_per_s"], "verified": r["verified"]["ok"],
+        ours.append({"broker": r.get("broker"), "rollouts_per_s": r["rollouts_per_s"], "verified": r["verified"]["ok"],
                      "server_cpu_ms_per_rollout": r["cpu_ms_per_rollout"]["server_total"],
                      "cpu_ms_per_rollout": r["cpu_ms_per_rollout"]})  # fmt: skip
         print(f"\n=== run {i + 1}/{args.runs}: upstream agl store ===", flush=True)
