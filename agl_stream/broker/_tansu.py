@@ -105,6 +105,7 @@ class TansuBroker:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            logger.warning("Tansu (pid %d) did not stop %.0f s after SIGTERM; killing it", proc.pid, timeout)
             proc.kill()
             proc.wait(timeout)
 

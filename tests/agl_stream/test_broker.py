@@ -49,6 +49,15 @@ def _no_java_env() -> dict[str, str]:
     return env
 
 
+def _where(pid: int) -> str:
+    """A stuck process's Python stacks (py-spy) and its children, for a failure message."""
+    spy = Path(sys.executable).with_name("py-spy")
+    dump = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30) \
+        if spy.exists() else None  # fmt: skip
+    children = [f"{c.pid} {c.name()} {c.status()}" for c in psutil.Process(pid).children(recursive=True)]
+    return f"children: {children}\n" + (dump.stdout + dump.stderr if dump else "(no py-spy here)")
+
+
 def test_tansu_starts_and_stops() -> None:
     broker = TansuBroker().start()
     try:
@@ -159,7 +168,13 @@ def test_without_java_the_broker_command_falls_back_to_tansu_with_one_line() -> 
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
         assert line.startswith("AGL_KAFKA_BOOTSTRAP=127.0.0.1:")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        # The stop's bound: Tansu gets 5 s after SIGTERM, then SIGKILL and 5 s more. It usually takes 0.1 s;
+        # once, in a CI run, the command was still there 15 s after SIGTERM: say where it was if it happens again.
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`agl-stream broker` still running 30 s after SIGTERM:\n{_where(proc.pid)}")
+        assert code == 0
         err = proc.stderr.read()  # type: ignore[union-attr]
     finally:
         proc.kill()
