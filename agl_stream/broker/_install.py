@@ -143,8 +143,8 @@ def kafka_install(home: Optional[Path] = None, *, fetch: bool = True) -> KafkaIn
     return KafkaInstall(home=home, java=java)
 
 
-def fetch_for_setup(home: Optional[Path] = None, *, optional: bool = False, echo: Callable[[str], None] = print) -> bool:
-    """``agl-stream broker install`` and make's setup: fetch the jars unless present; False if Kafka cannot run here.
+def fetch_for_setup(home: Optional[Path] = None, *, optional: bool = False, echo: Callable[[str], None] = print) -> None:
+    """``agl-stream broker install`` and make's setup: fetch the jars unless present.
 
     ``optional``: where Java or Maven is missing, say so in the Tansu notice (on stderr) instead of raising.
     """
@@ -153,7 +153,7 @@ def fetch_for_setup(home: Optional[Path] = None, *, optional: bool = False, echo
         find_java()
         if is_installed(target):
             echo(f"Apache Kafka {KAFKA_VERSION} is installed in {target}")
-            return True
+            return
         echo(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {target} ...")
         began = time.monotonic()
         install_kafka(target)
@@ -161,9 +161,8 @@ def fetch_for_setup(home: Optional[Path] = None, *, optional: bool = False, echo
         if not optional:
             raise
         print(fallback_notice(str(exc)), file=sys.stderr, flush=True)
-        return False
+        return
     echo(f"Apache Kafka {KAFKA_VERSION} installed in {target} ({time.monotonic() - began:.0f} s)")
-    return True
 
 
 if __name__ == "__main__":
