@@ -52,6 +52,11 @@ class Settings(BaseModel):
     # ends its sender task and every later send fails; seen killing a node of a three-node cluster), and
     # Tansu refuses them. Delivery stays at-least-once with idempotent sinks (docs/architecture.md).
     kafka_idempotence: bool = False
+    # Kafka transactions for the triplet processor: its trajectories and the offsets of the spans and
+    # events they came from commit together, and every consumer reads committed records only. Off by
+    # default: evaluated against the sinks' deduplication in docs/architecture.md ("Exactly once"), it
+    # adds server CPU and keeps the dedup (the ClickHouse hop is not transactional). Apache Kafka only.
+    kafka_transactions: bool = False
     topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int = Field(default=4, ge=1, le=1024, description="partitions of rollout-keyed topics")
     replication_factor: int = Field(default=1, ge=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.soak_report import Sample, checkpoints, judge, markdown_table, plot
+from tests.benchmarks.soak_report import Sample, checkpoints, held_sizes, judge, markdown_table, plot
 
 
 def steady(done: int, t: float, *, broker_rss: float = 100.0, sinks_rss: float = 500.0) -> Sample:
@@ -85,3 +85,16 @@ def test_broker_disk_is_judged_tabled_and_plotted(tmp_path: Path) -> None:
     png = tmp_path / "soak.png"
     plot(checkpoints(bounded, 2000), bounded, png, "disk")
     assert png.stat().st_size > 10_000
+
+
+def test_what_the_apps_hold_is_read_from_the_health_file_and_kept_in_the_samples(tmp_path: Path) -> None:
+    health = tmp_path / "processors.health.json"
+    assert held_sizes(health) == {}  # not written yet
+    health.write_text('{"apps": {"triplets": {"status": "running", "buffered_spans": 42, "awaiting_decision": 3, '
+                      '"dead_letters": {}}, "sinks": {"spans": {"records": 9}}}}')  # fmt: skip
+    held = held_sizes(health)
+    assert held == {"triplets": {"buffered_spans": 42, "awaiting_decision": 3}}
+    sample = Sample(1.0, 10, {"processors/triplets": (0.5, 150.0)}, 12.5, held)
+    assert Sample.from_json(sample.to_json()) == sample
+    health.write_text('{"apps": ')  # caught mid-write
+    assert held_sizes(health) == {}

@@ -1,6 +1,7 @@
 """Thin async Kafka clients shared by every service (aiokafka underneath)."""
 
 from agl_stream.kafka._consumer import Decoded, RecordConsumer, Rejected, read_to_fetched_end
+from agl_stream.kafka._flavour import is_tansu
 from agl_stream.kafka._offsets import OffsetTracker
 from agl_stream.kafka._options import LOW_LATENCY_FETCH_WAIT_MS, connection_options
 from agl_stream.kafka._producer import KafkaUnavailable, RecordProducer, is_retriable, start_with_retry
@@ -15,6 +16,7 @@ __all__ = [
     "Rejected",
     "connection_options",
     "is_retriable",
+    "is_tansu",
     "read_to_fetched_end",
     "start_with_retry",
 ]

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Generic, Iterable, Optional, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError
@@ -78,7 +78,7 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         revoked = list(revoked)
         try:
-            await self.owner.commit()
+            await (self.owner.committer or self.owner.commit)()
         except Exception as exc:  # the group may already be gone; the records will simply be replayed
             logger.warning("commit before rebalance failed (records will be redelivered): %r", exc)
         self.owner.end_tenure(revoked)
@@ -109,6 +109,10 @@ class RecordConsumer:
         # per (partition, tenure): the offset this consumer had committed when the tenure ended
         self._committed_at_revoke: dict[tuple[TopicPartition, int], int] = {}
         self.assignment_changed = asyncio.Event()
+        # what commits before a rebalance takes partitions away; None: :meth:`commit`. An owner whose offsets
+        # go into a producer's transaction sets its own (a plain commit would claim records whose output an
+        # open transaction may still abort).
+        self.committer: Optional[Callable[[], Awaitable[Any]]] = None
         self._consumer = AIOKafkaConsumer(
             **connection_options(settings, bootstrap),
             group_id=group_id,
@@ -118,7 +122,8 @@ class RecordConsumer:
             session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=max(300, settings.kafka_session_timeout_ms // 4),
             rebalance_timeout_ms=max(settings.kafka_session_timeout_ms, 10_000),
-            **kwargs,
+            # with transactions on, what an aborted (or still open) transaction wrote is never read
+            **{"isolation_level": "read_committed" if settings.kafka_transactions else "read_uncommitted", **kwargs},
         )
         self._started = False
 
@@ -252,19 +257,24 @@ class RecordConsumer:
         for record in records:
             self.done(record)
 
-    async def commit(self) -> dict[TopicPartition, int]:
-        """Commit every partition up to its first unfinished record; returns what was committed."""
+    def committable(self) -> dict[TopicPartition, int]:
+        """Per assigned partition, the offset up to its first unfinished record, where that moved since the last commit."""
         if self.group_id is None:
             return {}
-        offsets = self.tracker.committable()
-        if not offsets:
-            return {}
         assigned = self._consumer.assignment()
-        offsets = {tp: off for tp, off in offsets.items() if tp in assigned}
+        return {tp: off for tp, off in self.tracker.committable().items() if tp in assigned}  # type: ignore[misc]
+
+    def committed_elsewhere(self, offsets: dict[TopicPartition, int]) -> None:
+        """``offsets`` were committed by other means (a producer's transaction): count them as committed."""
+        self.tracker.committed(offsets)  # type: ignore[arg-type]
+
+    async def commit(self) -> dict[TopicPartition, int]:
+        """Commit every partition up to its first unfinished record; returns what was committed."""
+        offsets = self.committable()
         if offsets:
             await self._consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in offsets.items()})  # type: ignore[misc]
             self.tracker.committed(offsets)  # type: ignore[arg-type]
-        return offsets  # type: ignore[return-value]
+        return offsets
 
     async def stop(self, commit: bool = True) -> None:
         if not self._started:

@@ -5,6 +5,10 @@ a free slot, so a slow or absent broker slows producers down instead of growing 
 failures that are retriable (broker gone, leader moving, timeouts) are retried with exponential
 backoff until ``delivery_timeout`` has passed; then the record's future fails with the error.
 A retried record may be written twice; every sink deduplicates by natural keys.
+
+With a ``transactional_id`` the producer writes in Kafka transactions (``begin_transaction``,
+``commit_transaction`` with the consumer offsets they cover): a failed send is not re-sent, it fails
+the transaction, which the caller aborts.
 """
 
 from __future__ import annotations
@@ -73,8 +77,13 @@ class RecordProducer:
         delivery_timeout: float = 120.0,
         start_timeout: float = 30.0,
         acks: Union[int, str] = "all",
+        transactional_id: Optional[str] = None,
+        transaction_timeout_ms: int = 15_000,
     ) -> None:
         self.settings = settings
+        # transactional: every send belongs to the open transaction, and a failed send fails it (no re-send
+        # as a new record: the caller aborts, and its input is redelivered from the committed offsets)
+        self.transactional = transactional_id is not None
         self.max_request_size = max_request_size
         self.delivery_timeout = delivery_timeout
         self.start_timeout = start_timeout
@@ -87,9 +96,13 @@ class RecordProducer:
             max_request_size=max_request_size,
             compression_type=settings.kafka_compression,
             acks=acks,
-            enable_idempotence=self.settings.kafka_idempotence,
+            enable_idempotence=self.settings.kafka_idempotence or self.transactional,
             request_timeout_ms=30_000,
             retry_backoff_ms=200,
+            transactional_id=transactional_id,
+            # a crashed owner's open transaction hides what follows it from read-committed consumers until the
+            # coordinator aborts it: keep that short (the broker's default is a minute)
+            transaction_timeout_ms=transaction_timeout_ms,
         )
         self._started = False
         self._outstanding: set[asyncio.Future[RecordMetadata]] = set()
@@ -156,6 +169,22 @@ class RecordProducer:
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 
+    async def begin_transaction(self) -> None:
+        await self._producer.begin_transaction()
+
+    async def commit_transaction(self, offsets: Mapping[Any, int], group_id: str) -> None:
+        """Commit the open transaction with the consumer ``offsets`` (next offset to read) of ``group_id``.
+
+        Waits for every record sent in it first: a record still being delivered would otherwise not be in
+        the transaction whose offsets claim it."""
+        await self.flush(timeout=self.delivery_timeout)
+        if offsets:
+            await self._producer.send_offsets_to_transaction(dict(offsets), group_id)
+        await self._producer.commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        await self._producer.abort_transaction()
+
     async def stop(self) -> None:
         if not self._started:
             return
@@ -214,7 +243,7 @@ class RecordProducer:
         attempt: int,
     ) -> None:
         delay = min(0.1 * 2**attempt, 2.0) * (0.5 + random.random())
-        if is_retriable(exc) and time.monotonic() + delay < deadline and self._started:
+        if is_retriable(exc) and time.monotonic() + delay < deadline and self._started and not self.transactional:
             self.records_retried += 1
             if attempt == 0:
                 logger.warning("produce to %s failed (%r); retrying until the delivery timeout", topic, exc)

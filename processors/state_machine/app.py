@@ -32,10 +32,12 @@ task never arrived are dropped after the same idle time. Snapshots are only publ
 rollouts whose task was seen, so a very late event about a dropped rollout cannot overwrite its
 final snapshot.
 
-Recovery on the local broker: Tansu reports end offsets too low when a partition's last batch
-holds several records, so faust's changelog recovery can stop early; after faust's recovery the
-assigned changelog partitions are read to the high watermark of the fetch responses and whatever
-faust missed is applied (``recovery_corrections`` in health; always 0 on Apache Kafka).
+Recovery on the Tansu fallback broker (only there: :func:`~agl_stream.kafka.is_tansu`): Tansu reports end
+offsets too low when a partition's last batch holds several records, so faust's changelog recovery can
+stop early; after faust's recovery the assigned changelog partitions are read to the high watermark of
+the fetch responses and whatever faust missed is applied (``recovery_corrections`` in health). Tansu
+also answers a waiting fetch only when its wait runs out, so there faust's 1.5 s fetch wait is
+shortened. On Apache Kafka neither runs: faust's recovery and fetches are used as they are.
 
 Limitation (memory store): on a multi-instance rebalance faust drops restored keys of revoked
 partitions but not keys written live; every instance only *acts* on its assigned partitions'
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agl_stream.config import Settings
+from agl_stream.kafka import is_tansu
 from agl_stream.serialization import RecordError, decode, decode_envelope, encode
 from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from agl_stream_processors.dlq import DeadLetterWriter
@@ -106,6 +109,12 @@ class StateMachineOptions:
     max_terminal_held: int = 5000
     republish_window: float = 60.0
     group_id: Optional[str] = None  # default: "<topic prefix>-state-machine"
+    # faust's processing guarantee. Only "at_least_once" works here: with "exactly_once", faust's
+    # transaction manager picks a transactional producer by the *consumed* topic group of the topic sent
+    # to, so every send to agl.rollouts (which this app writes but does not read) fails with KeyError.
+    # Measured with ``tests/benchmarks/bench_processors.py --processing-guarantee exactly_once``
+    # (docs/architecture.md, "Exactly once"); kept settable to re-evaluate with a later faust.
+    processing_guarantee: str = "at_least_once"
 
 
 class RolloutStateMachine:
@@ -130,6 +139,7 @@ class RolloutStateMachine:
         self._recovered_at = 0.0
         self._app: Any = None
         self._changelog_known = False
+        self._tansu = False  # the broker is the Tansu fallback: its workarounds run (set by run())
         self._spans: Optional[SpanLivenessReader] = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -139,7 +149,7 @@ class RolloutStateMachine:
         import faust
 
         s = self.settings
-        options = app_options(s)
+        options = {**app_options(s), "processing_guarantee": self.options.processing_guarantee}
         Path(options["datadir"]).mkdir(parents=True, exist_ok=True)
         app = faust.App(self.app_id, **options)
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -162,6 +172,7 @@ class RolloutStateMachine:
         from agl_stream_topics.admin import ensure_topics
 
         await ensure_topics(self.settings, specs=[*CATALOG, CHANGELOG], strict=True)
+        self._tansu = await is_tansu(self.settings)
         app = self.build_app()
         self._spans = SpanLivenessReader(self.settings, f"{self.app_id}-spans", self._span_seen)
         await self._spans.start()
@@ -403,14 +414,15 @@ class RolloutStateMachine:
 
     async def _on_recover(self) -> None:
         """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots."""
-        self._shorten_fetch_wait()
+        if self._tansu:
+            self._shorten_fetch_wait()
         assert self._spans is not None
         await self._spans.assign(tp.partition for tp in self._app.consumer.assignment()
                                  if tp.topic == self.settings.topic("attempts"))  # fmt: skip
         now = time.time()
         async with self._lock:
             await self._rewind_uncommitted()
-            corrected = await self._catch_up()
+            corrected = await self._catch_up() if self._tansu else 0
             self._watch.clear()
             self._running.clear()
             self._last_seen.clear()

@@ -1,4 +1,4 @@
-"""Read a changelog to its real end, for brokers that report end offsets too low (Tansu).
+"""Read a changelog to its real end, for brokers that report end offsets too low (Tansu; run only there).
 
 faust restores a table by reading its changelog up to the partitions' end offsets. The local Tansu
 broker reports the end offset of a partition whose last batch holds several records as that

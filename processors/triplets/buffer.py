@@ -18,6 +18,7 @@ the source records done only once the trajectory (or dead letter) is acknowledge
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -25,6 +26,12 @@ from typing import Any, Iterable, Optional
 from agl_stream.types import AttemptEvent, Span
 
 AttemptKey = tuple[str, str]
+
+
+def _digest(rollout_id: str, attempt_id: str) -> bytes:
+    """A 12-byte stand-in for an adapted attempt's ids: the remembered set holds one per attempt for an hour,
+    and a bytes key costs about a third of a tuple of two strings (collisions: ~2**-96 per pair)."""
+    return hashlib.blake2b(f"{rollout_id}\0{attempt_id}".encode(), digest_size=12).digest()
 
 
 class SpanOutcome(enum.Enum):
@@ -83,8 +90,8 @@ class AttemptBuffer:
         self.late_window_seconds = late_window_seconds
         self.max_remembered = max_remembered
         self.pending: dict[AttemptKey, PendingAttempt] = {}
-        self._adapted: OrderedDict[AttemptKey, float] = OrderedDict()  # key -> when, oldest first
-        self._restored: OrderedDict[AttemptKey, float] = OrderedDict()  # adapted before a restart
+        self._adapted: OrderedDict[bytes, float] = OrderedDict()  # digest -> when, oldest first
+        self._restored: OrderedDict[bytes, float] = OrderedDict()  # adapted before a restart
 
     # ------------------------------------------------------------------ input
 
@@ -96,11 +103,12 @@ class AttemptBuffer:
         return item
 
     def was_adapted(self, rollout_id: str, attempt_id: str) -> bool:
-        return (rollout_id, attempt_id) in self._adapted or (rollout_id, attempt_id) in self._restored
+        key = _digest(rollout_id, attempt_id)
+        return key in self._adapted or key in self._restored
 
     def restore_adapted(self, rollout_id: str, attempt_id: str, now: float) -> None:
         """An attempt adapted before a restart (its ``finished`` event is committed): its spans may be redelivered."""
-        key = (rollout_id, attempt_id)
+        key = _digest(rollout_id, attempt_id)
         self._restored[key] = now
         self._restored.move_to_end(key)
         horizon = now - self.late_window_seconds
@@ -108,9 +116,10 @@ class AttemptBuffer:
             self._restored.popitem(last=False)
 
     def add_span(self, span: Span, token: Any, partition: Optional[int], now: float) -> SpanOutcome:
-        if (span.rollout_id, span.attempt_id) in self._restored:
+        key = _digest(span.rollout_id, span.attempt_id)
+        if key in self._restored:
             return SpanOutcome.REPLAYED
-        if self.was_adapted(span.rollout_id, span.attempt_id):
+        if key in self._adapted:
             return SpanOutcome.LATE
         item = self._get(span.rollout_id, span.attempt_id, partition, now)
         item.tokens.append(token)
@@ -146,7 +155,7 @@ class AttemptBuffer:
         ]
         for item in ready:
             del self.pending[item.key]
-            self._remember(item.key, now)
+            self._remember(_digest(*item.key), now)
         return ready
 
     def take_abandoned(self, now: float) -> list[PendingAttempt]:
@@ -168,7 +177,7 @@ class AttemptBuffer:
             del self.pending[item.key]
         return dropped
 
-    def _remember(self, key: AttemptKey, now: float) -> None:
+    def _remember(self, key: bytes, now: float) -> None:
         self._adapted[key] = now
         self._adapted.move_to_end(key)
         horizon = now - self.late_window_seconds

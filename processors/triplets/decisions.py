@@ -19,15 +19,16 @@ Pure bookkeeping, no Kafka: the processor feeds :meth:`Decisions.learn` with sna
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from agl_stream.types import TERMINAL_ROLLOUT_STATUSES, RolloutSnapshot, TrajectoryDecision
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RolloutView:
-    """The facts of a rollout's latest snapshot that a decision needs."""
+    """The facts of a rollout's latest snapshot that a decision needs (one per rollout held: kept small)."""
 
     attempt_id: Optional[str]
     sequence_id: int
@@ -74,8 +75,9 @@ class Decisions:
         view = RolloutView(
             attempt_id=attempt.attempt_id if attempt is not None else None,
             sequence_id=attempt.sequence_id if attempt is not None else 0,
-            rollout_status=snapshot.rollout.status,
-            attempt_status=attempt.status if attempt is not None else None,
+            # a handful of distinct statuses: one shared string each instead of one per decoded snapshot
+            rollout_status=sys.intern(snapshot.rollout.status),
+            attempt_status=sys.intern(attempt.status) if attempt is not None else None,
             learned_at=now,
         )
         old = self.views.get(snapshot.rollout.rollout_id)

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -117,6 +119,7 @@ class TripletProcessor:
         self._consumer: Optional[RecordConsumer] = None
         self._fatal: Optional[BaseException] = None
         self._in_flight = 0
+        self._group_id = ""
         self._owned: set[int] = set()
         # (finished records, span records) of acknowledged trajectories whose finished is not committed yet
         self._deferred: list[tuple[list[ConsumerRecord], list[ConsumerRecord]]] = []
@@ -132,16 +135,23 @@ class TripletProcessor:
             max_poll_records=self.options.max_poll_records,
             fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
         )
-        producer = RecordProducer(self.settings)
+        group_id = self.options.group_id or f"{self.settings.topic_prefix}-triplets"
+        # transactions: one producer per process (a restarted process gets a new id; what its predecessor left
+        # open is aborted by the coordinator after the producer's transaction timeout)
+        transactional_id = f"{group_id}-{socket.gethostname()}-{os.getpid()}" if self.settings.kafka_transactions else None
+        producer = RecordProducer(self.settings, transactional_id=transactional_id)
         await producer.start()
         try:
             await consumer.start()
             await self._start_rollouts_reader()
+            if producer.transactional:
+                consumer.committer = self._commit_transaction
+                await producer.begin_transaction()
         except BaseException:
             await consumer.stop(commit=False)
             await producer.stop()
             raise
-        self._consumer, self._producer = consumer, producer
+        self._consumer, self._producer, self._group_id = consumer, producer, group_id
         self._dlq = DeadLetterWriter(self.settings, producer, processor=self.name)
         logger.info(
             "triplets: %s + %s -> %s with %r", self.spans_topic, self.attempts_topic, self.triplets_topic, self.adapter
@@ -174,7 +184,7 @@ class TripletProcessor:
                     raise RuntimeError(message) from self._fatal
                 if time.monotonic() - last_commit >= self.options.commit_interval:
                     try:
-                        await consumer.commit()
+                        await (self._commit_transaction() if producer.transactional else consumer.commit())
                     except CommitFailedError as exc:
                         # The group rebalanced under us (a broker restart expires every member): what was not
                         # committed is redelivered to the partitions' owners, whose replays are idempotent.
@@ -188,8 +198,10 @@ class TripletProcessor:
             await asyncio.gather(follower, return_exceptions=True)
             try:
                 await producer.flush(timeout=producer.delivery_timeout)
+                if producer.transactional and self._fatal is None:
+                    await self._commit_transaction(begin_next=False)
             finally:
-                await consumer.stop(commit=self._fatal is None)
+                await consumer.stop(commit=self._fatal is None and not producer.transactional)
                 await producer.stop()
                 if self._rollouts_reader is not None:
                     await self._rollouts_reader.stop()
@@ -201,7 +213,9 @@ class TripletProcessor:
             "pending_attempts": len(self.buffer.pending),
             "awaiting_decision": len(self._awaiting),
             "rollouts_known": len(self.decisions.views),
+            "remembered_attempts": self.buffer.remembered,
             "buffered_spans": self.buffer.buffered_spans,
+            "deferred_settlements": len(self._deferred),
             "in_flight": self._in_flight,
             "ready": self.ready.is_set(),
         }
@@ -315,6 +329,25 @@ class TripletProcessor:
         finally:
             await reader.stop()
         return restored
+
+    async def _commit_transaction(self, begin_next: bool = True) -> dict[TopicPartition, int]:
+        """Commit the open transaction with the offsets its trajectories cover, then open the next one.
+
+        Under the emit lock, so no trajectory joins the transaction between the flush and the commit.
+        A failure is fatal: the process restarts and its uncommitted input is redelivered."""
+        assert self._consumer is not None and self._producer is not None
+        async with self._emit_lock:
+            await self._producer.flush(timeout=self._producer.delivery_timeout)
+            await asyncio.sleep(0)  # the settle callbacks of the last acknowledgements run before the offsets are read
+            if self._fatal is not None:
+                raise RuntimeError(f"triplets: a trajectory could not be produced: {self._fatal!r}") from self._fatal
+            offsets = self._consumer.committable()
+            await self._producer.commit_transaction(offsets, self._group_id)
+            self._consumer.committed_elsewhere(offsets)
+            self.counts["transactions"] += 1
+            if begin_next:
+                await self._producer.begin_transaction()
+        return offsets
 
     def _release_deferred(self, consumer: RecordConsumer) -> None:
         """Spans of attempts whose ``finished`` record is now committed become committable."""

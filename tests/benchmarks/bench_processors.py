@@ -11,7 +11,8 @@ Numbers (same broker, same run):
   finished per rollout to ``succeeded`` snapshots on ``agl.rollouts`` (from table recovery to the last).
 
 Run: ``python tests/benchmarks/bench_processors.py [--attempts 500] [--spans 8] [--rate 50] [--json out.json]``
-(uses ``AGL_KAFKA_BOOTSTRAP`` if set, else starts a local Tansu broker).
+(uses ``AGL_KAFKA_BOOTSTRAP`` if set, else starts the local broker: Apache Kafka, or Tansu without Java).
+``--processing-guarantee exactly_once --state-machine-only`` evaluates faust's transactions for the state machine.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agl_stream.broker import local_broker  # noqa: E402
+import psutil  # noqa: E402
+
+from agl_stream.broker import describe as describe_broker, local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
 from agl_stream.serialization import decode  # noqa: E402
@@ -143,7 +146,17 @@ async def bench_triplets(s: Settings, attempts: int, n_spans: int, rate: float, 
     }
 
 
-async def bench_state_machine(s: Settings, rollouts: int, n_spans: int) -> dict[str, Any]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (this one and the local broker's JVM)."""
+    total = 0.0
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarantee: str, pids: list[int],
+                              deadline_s: float = 300.0) -> dict[str, Any]:  # fmt: skip
     async with RecordProducer(s) as producer:
         futures = []
         for r in range(rollouts):
@@ -154,38 +167,47 @@ async def bench_state_machine(s: Settings, rollouts: int, n_spans: int) -> dict[
             futures.append(await producer.send(s.topic("attempts"), started, key=rid))
             futures += await produce_attempt(producer, s, rid, aid, n_spans)
         await asyncio.gather(*futures)
-    machine = RolloutStateMachine(s, StateMachineOptions(group_id=f"{s.topic_prefix}-bench-sm"))
+    options = StateMachineOptions(group_id=f"{s.topic_prefix}-bench-sm", processing_guarantee=guarantee)
+    machine = RolloutStateMachine(s, options)
     stop = asyncio.Event()
     task = asyncio.create_task(machine.run(stop))
     await machine.ready.wait()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds(pids)
     done: set[str] = set()
-    async with RecordConsumer(s, [s.topic("rollouts")], None) as consumer:
-        while len(done) < rollouts:
+    # read_committed: with transactions, only what a committed transaction wrote counts as published
+    async with RecordConsumer(s, [s.topic("rollouts")], None, isolation_level="read_committed") as consumer:
+        while len(done) < rollouts and time.perf_counter() - t0 < deadline_s:
             for record in await consumer.getmany(timeout=0.1):
                 snap = decode(record.value, RolloutSnapshot)
                 if snap.rollout.status == "succeeded":
                     done.add(snap.rollout.rollout_id)
             if task.done():
                 task.result()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pids) - cpu0
+    health = machine.health()
     stop.set()
     await task
     records = rollouts * (n_spans + 3)
     return {"state_machine_backlog": {
-        "rollouts_per_s": round(rollouts / elapsed, 1), "records_per_s": round(records / elapsed, 1),
+        "processing_guarantee": guarantee, "succeeded": len(done), "of": rollouts,
+        "rollouts_per_s": round(len(done) / elapsed, 1), "records_per_s": round(records / elapsed, 1),
         "seconds": round(elapsed, 3),
+        "cpu_ms_per_rollout": round(1000 * cpu / len(done), 2) if done else None,  # this process + the local broker
+        "processing_errors": health.get("processing_errors", 0), "dead_letters": health.get("dead_letters", {}),
+        "snapshots": health.get("snapshots", 0),
     }}  # fmt: skip
 
 
-async def main(args: argparse.Namespace, bootstrap: str, data_dir: Path) -> dict[str, Any]:
+async def main(args: argparse.Namespace, bootstrap: str, data_dir: Path, pids: list[int]) -> dict[str, Any]:
     base = dict(kafka_bootstrap=bootstrap, partitions=args.partitions, kafka_session_timeout_ms=6000, data_dir=data_dir)
-    s1 = Settings.from_env(topic_prefix=f"b{secrets.token_hex(3)}", **base)
-    await ensure_topics(s1)
-    report = await bench_triplets(s1, args.attempts, args.spans, args.rate, args.seconds)
+    report: dict[str, Any] = {}
+    if not args.state_machine_only:
+        s1 = Settings.from_env(topic_prefix=f"b{secrets.token_hex(3)}", **base)
+        await ensure_topics(s1)
+        report.update(await bench_triplets(s1, args.attempts, args.spans, args.rate, args.seconds))
     s2 = Settings.from_env(topic_prefix=f"b{secrets.token_hex(3)}", **base)
     await ensure_topics(s2)
-    report.update(await bench_state_machine(s2, args.attempts, args.spans))
+    report.update(await bench_state_machine(s2, args.attempts, args.spans, args.processing_guarantee, pids))
     report["config"] = {"attempts": args.attempts, "spans_per_attempt": args.spans, "partitions": args.partitions}
     return report
 
@@ -197,16 +219,20 @@ def cli() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="attempts/s in the latency phase")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the latency phase")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--processing-guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once",
+                        help="faust's processing guarantee for the state machine (exactly_once: see StateMachineOptions)")
+    parser.add_argument("--state-machine-only", action="store_true", help="skip the triplet processor's phases")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
     with tempfile.TemporaryDirectory(prefix="agl-bench-processors-") as tmp:  # faust's per-app folder goes here
         if bootstrap:
-            report = asyncio.run(main(args, bootstrap, Path(tmp)))
+            report = asyncio.run(main(args, bootstrap, Path(tmp), [os.getpid()]))
         else:
             with local_broker() as broker:
-                report = asyncio.run(main(args, broker.bootstrap, Path(tmp)))
+                report = asyncio.run(main(args, broker.bootstrap, Path(tmp), [os.getpid(), *([broker.pid] if broker.pid else [])]))
+                report["broker"] = describe_broker(broker)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

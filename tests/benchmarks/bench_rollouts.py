@@ -40,7 +40,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -50,8 +49,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_ROLES = ("broker.", "topics.", "processors.")
 sys.path.insert(0, str(ROOT))
 
-import psutil  # noqa: E402
-
 from agl_stream.broker import describe as describe_broker  # noqa: E402
 from agl_stream.client import StoreClient  # noqa: E402
 from agl_stream.client.sql_ids import in_lists  # noqa: E402
@@ -60,7 +57,7 @@ from agl_stream.execution.local_stack import LocalStack  # noqa: E402
 from agl_stream.execution.process import ServiceProcess  # noqa: E402
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks, plan  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
-from tests.benchmarks.soak_report import Sample, checkpoints, judge, markdown_table, plot  # noqa: E402
+from tests.benchmarks.soak_report import Sample, checkpoints, held_sizes, judge, markdown_table, plot  # noqa: E402
 from tests.faults.harness import AGENT, Enqueued, audit  # noqa: E402
 
 logger = logging.getLogger("bench_rollouts")
@@ -256,7 +253,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             procs.mark()  # the CPU window: from the first enqueue until the sinks wrote the last row
             t0 = time.time()
             broker_dir = getattr(stack.broker, "data_dir", None)  # Apache Kafka's log directory (Tansu: memory)
-            timeline = asyncio.create_task(record_timeline(procs, succeeded_seen, t0, args.soak_interval, soak, broker_dir)) \
+            timeline = asyncio.create_task(record_timeline(procs, succeeded_seen, t0, args.soak_interval, soak, broker_dir,
+                                                          log_dir / "processors.health.json")) \
                 if args.soak else None  # fmt: skip
             if args.rate:
                 await enqueue_at_rate(store, tasks, enq, args.rate, stack)
@@ -372,12 +370,13 @@ def folder_mb(path: Optional[Path]) -> Optional[float]:
 
 
 async def record_timeline(procs: ProcessSampler, succeeded: dict[str, float], t0: float, interval: float,
-                          out: list[Sample], broker_dir: Optional[Path] = None) -> None:  # fmt: skip
+                          out: list[Sample], broker_dir: Optional[Path] = None,
+                          health_file: Optional[Path] = None) -> None:  # fmt: skip
     """Every ``interval`` s: each process's CPU and RSS with the rollouts seen succeeded so far (soak mode),
-    and the broker's disk when it keeps its data in ``broker_dir``."""
+    the broker's disk when it keeps its data in ``broker_dir``, and what the processors hold."""
     while True:  # the sampler's own thread reads /proc every 0.25 s: its latest readings are fresh enough
         disk = await asyncio.to_thread(folder_mb, broker_dir)
-        out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot(), disk))
+        out.append(Sample(time.time() - t0, len(succeeded), procs.snapshot(), disk, held_sizes(health_file)))
         await asyncio.sleep(interval)
 
 

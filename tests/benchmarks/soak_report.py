@@ -11,6 +11,7 @@ Pure functions over plain data, so the tests can hold the arithmetic without run
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -31,19 +32,45 @@ class Sample:
     done: int
     procs: dict[str, tuple[float, float]]
     broker_disk_mb: Optional[float] = None  # the local broker's data directory (Apache Kafka; None: not measured)
+    # what the processors hold at that moment, per app (sizes from their health report: buffered spans, ...),
+    # to tell a process's RSS growth from the work it has in hand
+    held: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"t": round(self.t, 3), "done": self.done,
-               "procs": {k: [round(c, 4), round(r, 1)] for k, (c, r) in self.procs.items()}}  # fmt: skip
+        out: dict[str, Any] = {"t": round(self.t, 3), "done": self.done,
+                               "procs": {k: [round(c, 4), round(r, 1)] for k, (c, r) in self.procs.items()}}  # fmt: skip
         if self.broker_disk_mb is not None:
             out["broker_disk_mb"] = round(self.broker_disk_mb, 1)
+        if self.held:
+            out["held"] = self.held
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Sample":
         disk = data.get("broker_disk_mb")
         return cls(float(data["t"]), int(data["done"]), {k: (float(v[0]), float(v[1])) for k, v in data["procs"].items()},
-                   None if disk is None else float(disk))  # fmt: skip
+                   None if disk is None else float(disk), data.get("held", {}))  # fmt: skip
+
+
+#: per processors app, the sizes of what it holds (its health report's counters) that a soak records
+HELD_COUNTERS = {
+    "triplets": ("pending_attempts", "awaiting_decision", "buffered_spans", "rollouts_known", "remembered_attempts",
+                 "deferred_settlements"),
+    "state-machine": ("rollouts_in_table", "watched"),
+}  # fmt: skip
+
+
+def held_sizes(health_file: Optional[Path]) -> dict[str, dict[str, int]]:
+    """What the processors' apps hold now, from their merged health file ({} before it exists)."""
+    if health_file is None:
+        return {}
+    try:
+        apps = json.loads(health_file.read_text())["apps"]
+    except (OSError, ValueError, KeyError):
+        return {}  # not written yet, or caught mid-replace: the next sample reads it
+    return {app: {k: int(apps[app][k]) for k in keys if isinstance(apps.get(app, {}).get(k), int)}
+            for app, keys in HELD_COUNTERS.items() if app in apps}  # fmt: skip
+
 
 
 @dataclass(frozen=True)

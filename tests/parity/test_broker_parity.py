@@ -20,7 +20,7 @@ import pytest
 
 from agl_stream import Settings
 from agl_stream.broker import BrokerKind, choose_local_broker, local_broker
-from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka import RecordConsumer, RecordProducer, is_tansu
 from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_topics.admin import ensure_topics
 from tests.faults.harness import Pipeline, audit, enqueue, make_tasks
@@ -104,6 +104,12 @@ async def test_a_group_splits_partitions_and_resumes_from_its_commit(parity_topi
     finally:
         await second.stop()
     assert sorted(seen + rest) == sorted(f"t{i}".encode() for i in range(20)), "each record once across the two"
+
+
+async def test_the_fallback_broker_is_told_apart_from_kafka(parity_broker: tuple[BrokerKind, str], parity_topics: Settings) -> None:
+    """Tansu's workarounds (the state machine's changelog catch-up, a shorter fetch wait) run only on Tansu."""
+    kind, _ = parity_broker
+    assert await is_tansu(parity_topics) == (kind == "tansu")
 
 
 async def test_compacted_topic_reads_as_the_latest_value_per_key(parity_topics: Settings) -> None:

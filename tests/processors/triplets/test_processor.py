@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import AsyncIterator, Optional
 
 import pytest
 
 from agl_stream.adapter import TracerTraceToTriplet
+from agl_stream.broker import choose_local_broker
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
 from agl_stream.serialization import decode
@@ -308,3 +310,45 @@ async def test_an_attempt_the_state_machine_never_decides_on_leaves_undecided(to
         health = processor.health()
     assert (trajectory.decision, trajectory.rollout_status, trajectory.trainable) == ("undecided", None, False)
     assert health["trajectories_undecided"] == 1 and health["awaiting_decision"] == 0
+
+
+@pytest.fixture
+def transactional(topics: Settings) -> Settings:
+    """``topics`` with Kafka transactions on (Apache Kafka only: Tansu refuses transactional producers)."""
+    if not os.environ.get("AGL_TEST_KAFKA_BOOTSTRAP") and choose_local_broker(Settings.from_env()) != "kafka":
+        pytest.skip("transactions need Apache Kafka; the session broker is Tansu")
+    return topics.model_copy(update={"kafka_transactions": True})
+
+
+async def test_with_transactions_a_crash_before_the_commit_leaves_no_trajectory_behind(transactional: Settings) -> None:
+    """The first instance sends its trajectory (acknowledged, inside its open transaction) and dies before the
+    transaction commits. A read-committed reader never sees that copy; the restarted instance writes the one
+    it sees. A read-uncommitted reader sees both: the duplicate is what the transaction hides."""
+    topics = transactional
+    rid, aid = "ro-aaaaaaaaaa30", "at-a0000030"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    never_commits = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=3600)
+    first = TripletProcessor(topics, options=never_commits)
+    async with RecordProducer(topics.model_copy(update={"kafka_transactions": False})) as producer:
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            async with running(first):
+                for span in spans:
+                    await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+                await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+                await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+                while first.health().get("trajectories_final", 0) < 1 or first.health()["in_flight"]:
+                    await asyncio.sleep(0.05)
+                # the loop leaves at once, committing nothing (no transaction, no offsets), as a SIGKILL would
+                first._fatal = RuntimeError("simulated crash")
+        assert first.health().get("transactions", 0) == 0
+        async with running(TripletProcessor(topics, options=FAST)) as second:
+            # the dead instance's open transaction blocks committed reads until the coordinator aborts it
+            (trajectory,) = await read(topics, "triplets", Trajectory, 1, timeout=60.0)
+            with pytest.raises(AssertionError, match="expected 2"):
+                await read(topics, "triplets", Trajectory, 2, timeout=3.0)
+            transactions = second.health().get("transactions", 0)
+    uncommitted = topics.model_copy(update={"kafka_transactions": False})
+    copies = await read(uncommitted, "triplets", Trajectory, 2)
+    assert trajectory.attempt_id == aid and [c.attempt_id for c in copies] == [aid, aid]
+    assert transactions >= 1
