@@ -55,6 +55,8 @@ def state_machine_app(settings: Settings, options: Mapping[str, Any]) -> Process
         StateMachineOptions(
             retention_seconds=options.get("retention_seconds") or defaults.retention_seconds,
             scan_interval=options.get("scan_interval") or defaults.scan_interval,
+            # with Kafka transactions on, the state machine's writes commit with its input offsets too
+            processing_guarantee="exactly_once" if settings.kafka_transactions else defaults.processing_guarantee,
         ),
     )
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from agl_stream.broker import LocalBroker, describe, local_broker
+from agl_stream.broker import BrokerError, LocalBroker, describe, local_broker
 from agl_stream.config import Settings
 from agl_stream.execution.process import ServiceProcess, agl_command
 
@@ -83,6 +83,7 @@ class LocalStack:
         if s.kafka_compression:
             env["AGL_KAFKA_COMPRESSION"] = s.kafka_compression
         env["AGL_KAFKA_IDEMPOTENCE"] = "true" if s.kafka_idempotence else "false"
+        env["AGL_KAFKA_TRANSACTIONS"] = "true" if s.kafka_transactions else "false"
         env["AGL_TOPIC_PROFILE"] = s.topic_profile
         # the embedded engine's memory bounds (settings built in code reach the sinks process too)
         env["AGL_CLICKHOUSE_MAX_MEMORY_MB"] = str(s.clickhouse_max_memory_mb)
@@ -95,7 +96,11 @@ class LocalStack:
         if self.local:
             kafka_dir = self.settings.data_dir / "kafka"
             shutil.rmtree(kafka_dir, ignore_errors=True)  # the job's own broker: a fresh log, as Tansu's memory was
-            self.broker = local_broker(self.settings, log_file=self.log_dir / "broker.log", data_dir=kafka_dir).start()
+            broker = local_broker(self.settings, log_file=self.log_dir / "broker.log", data_dir=kafka_dir)
+            if broker.kind != "kafka" and self.settings.kafka_transactions:
+                raise BrokerError("AGL_KAFKA_TRANSACTIONS needs Apache Kafka; the local broker is Tansu, "
+                                  "which refuses transactional producers")  # fmt: skip
+            self.broker = broker.start()
             update: dict[str, object] = {"kafka_bootstrap": self.broker.bootstrap}
             if self.broker.kind == "kafka":
                 update["topic_profile"] = "local"  # small segments, compaction in minutes, trimmed once read

@@ -54,7 +54,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from agl_stream.config import Settings
 from agl_stream.kafka import is_tansu
@@ -109,12 +109,10 @@ class StateMachineOptions:
     max_terminal_held: int = 5000
     republish_window: float = 60.0
     group_id: Optional[str] = None  # default: "<topic prefix>-state-machine"
-    # faust's processing guarantee. Only "at_least_once" works here: with "exactly_once", faust's
-    # transaction manager picks a transactional producer by the *consumed* topic group of the topic sent
-    # to, so every send to agl.rollouts (which this app writes but does not read) fails with KeyError.
-    # Measured with ``tests/benchmarks/bench_processors.py --processing-guarantee exactly_once``
-    # (docs/architecture.md, "Exactly once"); kept settable to re-evaluate with a later faust.
-    processing_guarantee: str = "at_least_once"
+    # faust's processing guarantee: "exactly_once" writes the snapshots, requeued tasks and table changes of
+    # each input partition in a transaction with its offsets (AGL_KAFKA_TRANSACTIONS turns it on; evaluated
+    # in docs/architecture.md, "Exactly once"). Default: at-least-once with idempotent consumers.
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
 
 
 class RolloutStateMachine:

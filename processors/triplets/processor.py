@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import time
 from collections import Counter
@@ -136,9 +135,10 @@ class TripletProcessor:
             fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
         )
         group_id = self.options.group_id or f"{self.settings.topic_prefix}-triplets"
-        # transactions: one producer per process (a restarted process gets a new id; what its predecessor left
-        # open is aborted by the coordinator after the producer's transaction timeout)
-        transactional_id = f"{group_id}-{socket.gethostname()}-{os.getpid()}" if self.settings.kafka_transactions else None
+        # transactions: one producer per host and group, so a restarted process takes its predecessor's id and
+        # the coordinator aborts what that one left open at once (else read-committed consumers would wait for
+        # the transaction timeout). One triplets process per host and group, then (a pod per replica).
+        transactional_id = f"{group_id}-{socket.gethostname()}" if self.settings.kafka_transactions else None
         producer = RecordProducer(self.settings, transactional_id=transactional_id)
         await producer.start()
         try:

@@ -74,6 +74,8 @@ class Pipeline:
         settings = Settings.from_env(
             env={}, kafka_bootstrap=bootstrap, data_dir=self.data_dir, partitions=self.partitions,
             kafka_session_timeout_ms=self.session_timeout_ms, replication_factor=replication,
+            # the one setting taken from this process's environment: the scenarios can run with transactions
+            kafka_transactions=Settings.from_env().kafka_transactions,
         )  # fmt: skip
         self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
         self.settings = await self.stack.start()
