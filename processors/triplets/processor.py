@@ -66,6 +66,32 @@ logger = logging.getLogger(__name__)
 
 CONTROL_HEADER = "agl-kind"
 
+#: the decision an adapted trajectory carries until the state machine's arrives
+UNDECIDED = Decision("undecided", None)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRef:
+    """Where a source record is (what marking it done and committing need), without its bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @classmethod
+    def of(cls, record: ConsumerRecord) -> "RecordRef":
+        return cls(record.topic, record.partition, record.offset)
+
+
+@dataclass(frozen=True)
+class Adapted:
+    """An adapted attempt waiting for the state machine's decision: its trajectory and its records' positions."""
+
+    trajectory: Trajectory
+    partition: Optional[int]
+    finished: list[ConsumerRecord]  # its 'finished' record(s): done once the trajectory is acknowledged
+    spans: list[RecordRef]  # done once the finished records are committed
+
 
 @dataclass(frozen=True)
 class TripletProcessorOptions:
@@ -106,8 +132,8 @@ class TripletProcessor:
             late_window_seconds=options.late_window_seconds,
         )
         self.decisions = Decisions(retention_seconds=options.late_window_seconds)
-        # adapted-to-be attempts waiting for the state machine's decision: key -> (attempt, since when)
-        self._awaiting: dict[AttemptKey, tuple[PendingAttempt, float]] = {}
+        # adapted attempts waiting for the state machine's decision: key -> (trajectory to be, since when)
+        self._awaiting: dict[AttemptKey, tuple[Adapted, float]] = {}
         self._rollouts_reader: Optional[AIOKafkaConsumer] = None
         self._emit_lock = asyncio.Lock()  # the main loop and the rollouts follower both emit
         self._last_prune = 0.0
@@ -174,7 +200,9 @@ class TripletProcessor:
                     await self._ingest(record, now)
                 self._prune_decisions(now)
                 for item in self.buffer.take_ready(now):
-                    self._awaiting[item.key] = (item, now)
+                    adapted = await self._adapt(item)
+                    if adapted is not None:
+                        self._awaiting[item.key] = (adapted, now)
                 async with self._emit_lock:
                     await self._emit_decided(now)
                 for item in self.buffer.take_abandoned(now):
@@ -261,14 +289,13 @@ class TripletProcessor:
         for key, (item, since) in list(self._awaiting.items()):
             if key not in self._awaiting:
                 continue  # moved to another group member while an earlier one was being emitted
-            finished = item.finished
-            assert finished is not None
-            decision = self.decisions.decide(item.rollout_id, item.attempt_id, finished.attempt_sequence_id)
+            trajectory = item.trajectory
+            decision = self.decisions.decide(trajectory.rollout_id, trajectory.attempt_id, trajectory.attempt_sequence_id)
             if decision is None:
                 if now - since < self.options.decision_seconds:
                     continue
                 logger.warning("triplets: no decision on attempt %s of %s from the state machine within %.0fs; "
-                               "emitted as undecided (never trained)", item.attempt_id, item.rollout_id,
+                               "emitted as undecided (never trained)", trajectory.attempt_id, trajectory.rollout_id,
                                self.options.decision_seconds)  # fmt: skip
                 decision = Decision("undecided", None)
             del self._awaiting[key]
@@ -444,8 +471,12 @@ class TripletProcessor:
             rollout_status=decision.rollout_status,
         )
 
-    async def _emit(self, item: PendingAttempt, decision: Decision) -> None:
-        assert self._producer is not None
+    async def _adapt(self, item: PendingAttempt) -> Optional[Adapted]:
+        """Adapt a ready attempt now, so that only its trajectory waits for the decision, not its spans.
+
+        The spans (decoded, and the records' bytes) are what an attempt weighs; waiting for the state
+        machine holds a hundred attempts or more when it lags, so they are let go here. An adapter
+        failure is dead-lettered at once, with the attempt's records."""
         spans = sorted(item.spans.values(), key=span_order_key)
         if not item.complete:
             self.counts["incomplete_attempts"] += 1
@@ -457,9 +488,8 @@ class TripletProcessor:
             triplets = self.adapter.adapt(spans)
             if not all(isinstance(t, Triplet) for t in triplets):
                 raise TypeError(f"{self.adapter!r} returned {type(triplets[0]).__name__}, not Triplet")
-            trajectory = self._trajectory(item, triplets, spans, decision)
-            future = await self._producer.send(self.triplets_topic, trajectory, key=item.rollout_id)
-        except Exception as exc:  # bad spans for this adapter, or a trajectory over the broker limit
+            trajectory = self._trajectory(item, triplets, spans, UNDECIDED)
+        except Exception as exc:  # bad spans for this adapter
             self.counts["adapter_errors"] += 1
             logger.exception("triplets: attempt %s of %s could not be adapted", item.attempt_id, item.rollout_id)
             finished_record = next((t for t in reversed(item.tokens) if t.topic == self.attempts_topic), None)
@@ -470,11 +500,31 @@ class TripletProcessor:
                 kind="adapter_error",
                 error_type=type(exc).__name__,
             )
+            return None
+        finished = [t for t in item.tokens if t.topic == self.attempts_topic]  # small; a dead letter keeps one
+        span_records = [RecordRef.of(t) for t in item.tokens if t.topic != self.attempts_topic]
+        return Adapted(trajectory, item.partition, finished, span_records)
+
+    async def _emit(self, item: Adapted, decision: Decision) -> None:
+        assert self._producer is not None
+        trajectory = item.trajectory.model_copy(update={"decision": decision.decision, "rollout_status": decision.rollout_status})
+        try:
+            future = await self._producer.send(self.triplets_topic, trajectory, key=trajectory.rollout_id)
+        except Exception as exc:  # a trajectory over the broker's record limit
+            self.counts["adapter_errors"] += 1
+            logger.exception("triplets: the trajectory of attempt %s of %s could not be sent", trajectory.attempt_id,
+                             trajectory.rollout_id)  # fmt: skip
+            await self._dead_letter(
+                f"the trajectory of attempt {trajectory.attempt_id} of rollout {trajectory.rollout_id} could not be "
+                f"sent: {exc!r}",
+                [*item.finished, *item.spans],
+                record=item.finished[-1] if item.finished else None,
+                kind="adapter_error",
+                error_type=type(exc).__name__,
+            )
             return
-        finished = [t for t in item.tokens if t.topic == self.attempts_topic]
-        spans = [t for t in item.tokens if t.topic != self.attempts_topic]
         self.counts[f"trajectories_{decision.decision}"] += 1
-        self._settle(future, finished, "trajectories", then_defer=spans)
+        self._settle(future, list(item.finished), "trajectories", then_defer=item.spans)
 
     async def _abandon(self, item: PendingAttempt) -> None:
         """Dead-letter the spans of an attempt that never reported 'finished' (each with its bytes)."""

@@ -352,3 +352,26 @@ async def test_with_transactions_a_crash_before_the_commit_leaves_no_trajectory_
     copies = await read(uncommitted, "triplets", Trajectory, 2)
     assert trajectory.attempt_id == aid and [c.attempt_id for c in copies] == [aid, aid]
     assert transactions >= 1
+
+
+async def test_an_attempt_waiting_for_its_decision_holds_its_trajectory_not_its_spans(topics: Settings) -> None:
+    """When the state machine lags, a hundred attempts or more wait for decisions: they must not keep their
+    spans (decoded, and the records' bytes), only the trajectory and where the records were."""
+    rid, aid = "ro-aaaaaaaaaa40", "at-a0000040"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    processor = TripletProcessor(topics, options=FAST)
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        while processor.health()["awaiting_decision"] < 1:
+            await asyncio.sleep(0.05)
+        ((waiting, _since),) = processor._awaiting.values()
+        assert processor.health()["buffered_spans"] == 0
+        assert len(waiting.spans) == len(spans) and not any(hasattr(ref, "value") for ref in waiting.spans)
+        assert waiting.trajectory.decision == "undecided" and len(waiting.trajectory.triplets) == 2
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert (trajectory.decision, trajectory.rollout_status) == ("final", "succeeded")
+    assert trajectory.triplets == waiting.trajectory.triplets
