@@ -110,9 +110,11 @@ class LocalStack:
             logger.info("started the local broker: %s", describe(self.broker))
         await self._create_topics()
         if self.local and self.broker is not None and self.broker.kind == "kafka":
-            # the local disk holds the backlog, not the history: records every reader has committed past go
+            # the local disk holds the backlog, not the history: records every reader has committed past go once
+            # they are 2 minutes old (every reader of a local job starts with it; the disk's plateau is the
+            # produce rate times this window: ~120 KB per rollout, so ~0.7 GB at 50 rollouts/s)
             trimmer = ServiceProcess(
-                "topics-trim", agl_command("topics", "trim", "--every", "30"), env=self.env(),
+                "topics-trim", agl_command("topics", "trim", "--every", "30", "--min-age", "120"), env=self.env(),
                 log_path=self.log_dir / "topics-trim.log",
             ).start()  # fmt: skip
             self.services.append(trimmer)
