@@ -264,6 +264,11 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             t_done = time.time()
             if len(done) != len(enq.tasks):
                 raise RuntimeError(f"only {len(done)} of {len(enq.tasks)} rollouts finished within {args.timeout}s")
+        if trimmer is not None:
+            # the raw rates below sample spans from the topic: the trimmer deletes what every group committed past
+            # once it is 2 minutes old, and the drain can take longer than that (the disk's last sample then
+            # holds the drain's records too)
+            trimmer.stop()
         expected_spans = sum(plan(t).spans for t in tasks)
         await wait_sinks_caught_up(log_dir / "processors.health.json", expected_spans, len(tasks))
         cpu = procs.cpu_since()
@@ -275,6 +280,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         stack.service("processors").stop(timeout=60)  # type: ignore[union-attr]  # the processors: ClickHouse is free for this process now
         procs.sample()
         sample, avg_size = await sample_spans(settings, min(expected_spans, 5000))
+        if not sample:
+            raise RuntimeError(f"no span left on {settings.topic('spans')} to measure the raw rates with")
         raw_n = min(max(expected_spans, 5000), 30000)
         results["raw"] = {"produce_records_per_s": await raw_produce_rate(settings, raw_n, int(avg_size), args.partitions),
                           "produce_records": raw_n, "span_record_bytes": avg_size}  # fmt: skip
