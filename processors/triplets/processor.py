@@ -147,20 +147,20 @@ class TripletProcessor:
         self._group_id = ""
         self._owned: set[int] = set()
         # (finished records, span records) of acknowledged trajectories whose finished is not committed yet
-        self._deferred: list[tuple[list[ConsumerRecord], list[ConsumerRecord]]] = []
+        self._deferred: list[tuple[list[ConsumerRecord], list[RecordRef]]] = []
         self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
 
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
+        group_id = self.options.group_id or f"{self.settings.topic_prefix}-triplets"
         consumer = RecordConsumer(
             self.settings,
             [self.spans_topic, self.attempts_topic],
-            self.options.group_id or f"{self.settings.topic_prefix}-triplets",
+            group_id,
             max_poll_records=self.options.max_poll_records,
             fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
         )
-        group_id = self.options.group_id or f"{self.settings.topic_prefix}-triplets"
         # transactions: one producer per host and group, so a restarted process takes its predecessor's id and
         # the coordinator aborts what that one left open at once (else read-committed consumers would wait for
         # the transaction timeout). One triplets process per host and group, then (a pod per replica).
@@ -297,7 +297,7 @@ class TripletProcessor:
                 logger.warning("triplets: no decision on attempt %s of %s from the state machine within %.0fs; "
                                "emitted as undecided (never trained)", trajectory.attempt_id, trajectory.rollout_id,
                                self.options.decision_seconds)  # fmt: skip
-                decision = Decision("undecided", None)
+                decision = UNDECIDED
             del self._awaiting[key]
             await self._emit(item, decision)
 
@@ -378,7 +378,7 @@ class TripletProcessor:
 
     def _release_deferred(self, consumer: RecordConsumer) -> None:
         """Spans of attempts whose ``finished`` record is now committed become committable."""
-        keep: list[tuple[list[ConsumerRecord], list[ConsumerRecord]]] = []
+        keep: list[tuple[list[ConsumerRecord], list[RecordRef]]] = []
         for finished_records, span_records in self._deferred:
             if all(consumer.is_committed(r) for r in finished_records):
                 consumer.done_many(span_records)

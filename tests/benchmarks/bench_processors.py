@@ -32,8 +32,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import psutil  # noqa: E402
-
 from agl_stream.broker import describe as describe_broker, local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.kafka import RecordConsumer, RecordProducer  # noqa: E402
@@ -42,6 +40,7 @@ from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, Rollout, R
 from agl_stream_processors.state_machine import RolloutStateMachine, StateMachineOptions  # noqa: E402
 from agl_stream_processors.triplets import TripletProcessor, TripletProcessorOptions  # noqa: E402
 from agl_stream_topics.admin import ensure_topics  # noqa: E402
+from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 
 TOKENS = 128
 
@@ -146,16 +145,7 @@ async def bench_triplets(s: Settings, attempts: int, n_spans: int, rate: float, 
     }
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of these processes so far (this one and the local broker's JVM)."""
-    total = 0.0
-    for pid in pids:
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system
-    return total
-
-
-async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarantee: str, pids: list[int],
+async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarantee: str, procs: ProcessSampler,
                               deadline_s: float = 300.0) -> dict[str, Any]:  # fmt: skip
     async with RecordProducer(s) as producer:
         futures = []
@@ -172,7 +162,8 @@ async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarante
     stop = asyncio.Event()
     task = asyncio.create_task(machine.run(stop))
     await machine.ready.wait()
-    t0, cpu0 = time.perf_counter(), cpu_seconds(pids)
+    t0 = time.perf_counter()
+    procs.mark()
     done: set[str] = set()
     # read_committed: with transactions, only what a committed transaction wrote counts as published
     async with RecordConsumer(s, [s.topic("rollouts")], None, isolation_level="read_committed") as consumer:
@@ -183,7 +174,7 @@ async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarante
                     done.add(snap.rollout.rollout_id)
             if task.done():
                 task.result()
-    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pids) - cpu0
+    elapsed, cpu = time.perf_counter() - t0, sum(procs.cpu_since().values())
     health = machine.health()
     stop.set()
     await task
@@ -198,7 +189,7 @@ async def bench_state_machine(s: Settings, rollouts: int, n_spans: int, guarante
     }}  # fmt: skip
 
 
-async def main(args: argparse.Namespace, bootstrap: str, data_dir: Path, pids: list[int]) -> dict[str, Any]:
+async def main(args: argparse.Namespace, bootstrap: str, data_dir: Path, procs: ProcessSampler) -> dict[str, Any]:
     base = dict(kafka_bootstrap=bootstrap, partitions=args.partitions, kafka_session_timeout_ms=6000, data_dir=data_dir)
     report: dict[str, Any] = {}
     if not args.state_machine_only:
@@ -207,7 +198,7 @@ async def main(args: argparse.Namespace, bootstrap: str, data_dir: Path, pids: l
         report.update(await bench_triplets(s1, args.attempts, args.spans, args.rate, args.seconds))
     s2 = Settings.from_env(topic_prefix=f"b{secrets.token_hex(3)}", **base)
     await ensure_topics(s2)
-    report.update(await bench_state_machine(s2, args.attempts, args.spans, args.processing_guarantee, pids))
+    report.update(await bench_state_machine(s2, args.attempts, args.spans, args.processing_guarantee, procs))
     report["config"] = {"attempts": args.attempts, "spans_per_attempt": args.spans, "partitions": args.partitions}
     return report
 
@@ -228,10 +219,12 @@ def cli() -> None:
     bootstrap = os.environ.get("AGL_KAFKA_BOOTSTRAP")
     with tempfile.TemporaryDirectory(prefix="agl-bench-processors-") as tmp:  # faust's per-app folder goes here
         if bootstrap:
-            report = asyncio.run(main(args, bootstrap, Path(tmp), [os.getpid()]))
+            report = asyncio.run(main(args, bootstrap, Path(tmp), ProcessSampler()))  # this process only
         else:
             with local_broker() as broker:
-                report = asyncio.run(main(args, broker.bootstrap, Path(tmp), [os.getpid(), *([broker.pid] if broker.pid else [])]))
+                procs = ProcessSampler()  # this process (the apps run in it) and the broker's JVM
+                procs.watch("broker", broker.pid)
+                report = asyncio.run(main(args, broker.bootstrap, Path(tmp), procs))
                 report["broker"] = describe_broker(broker)
     text = json.dumps(report, indent=2)
     print(text)
