@@ -99,7 +99,7 @@ bench: setup
 # table, docs/bench-report/soak.json and docs/img/soak.png (with the broker's disk). About 12 minutes per 20,000 on 2 cores.
 SOAK_ROLLOUTS ?= 20000
 soak: setup
-	$(BIN)/python tests/benchmarks/bench_rollouts.py --rollouts $(SOAK_ROLLOUTS) --soak --timeout 3600 \
+	$(BIN)/python tests/benchmarks/bench_rollouts.py --rollouts $(SOAK_ROLLOUTS) --warmup 1000 --soak --timeout 3600 \
 	  --json docs/bench-report/soak.json --plot docs/img/soak.png
 
 scaling: setup
