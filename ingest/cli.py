@@ -36,7 +36,14 @@ ProduceTimeoutOpt = typer.Option(None, "--produce-timeout", help="seconds to wai
 def _serve(factory: str, host: str, port: int, workers: int, env: dict[str, str], graceful_s: float) -> None:
     import uvicorn
 
+    from agl_stream.service import StopDeadline, stop_with_parent
+    from agl_stream_ingest.stopping import WORKER_STOP_ENV, stop_timeout
+
     os.environ.update(env)
+    # started by a supervisor: stop, bounded, when it dies (uvicorn owns the signal handlers here)
+    stop_with_parent(StopDeadline(stop_timeout(graceful_s), name="ingest"))
+    if workers > 1:
+        os.environ[WORKER_STOP_ENV] = str(stop_timeout(graceful_s))  # each worker: the same with uvicorn's manager
     multiproc_dir: Optional[str] = None
     if workers > 1 and not os.environ.get(MULTIPROC_ENV):
         multiproc_dir = tempfile.mkdtemp(prefix="agl-ingest-metrics-")

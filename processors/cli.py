@@ -115,7 +115,7 @@ def sink_command(
     With the embedded engine every sink must run in this one process (chdb: one process per data
     directory); with an HTTP DSN start as many processes as you like, each with any subset.
     """
-    from agl_stream.cli._async import run_until_signal
+    from agl_stream.service import run_until_signal
     from agl_stream_processors.sinks import SinkOptions, SinkService
     from agl_stream_processors.sinks.specs import resolve
 
@@ -135,7 +135,8 @@ def sink_command(
         typer.echo(json.dumps({"health": service.health()}))
         sys.stdout.flush()
 
-    run_until_signal(lambda stop: service.run(stop, idle_exit=until_idle, on_health=report, health_interval=health_interval))
+    run_until_signal(lambda stop: service.run(stop, idle_exit=until_idle, on_health=report, health_interval=health_interval),
+                     name="sinks")
     typer.echo(json.dumps({"final": service.health()}))
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from agl_stream.cli._async import run_until_signal
+from agl_stream.service import STOP_GRACE_S, KILL_MARGIN_S, run_until_signal
 from agl_stream.config import Settings
 
 
@@ -104,7 +104,7 @@ def processors(
         finally:
             await server.stop()
 
-    code = run_until_signal(main)
+    code = run_until_signal(main, shutdown_timeout=shutdown_timeout, name="processors")
     raise typer.Exit(code)
 
 
@@ -140,4 +140,5 @@ def _supervise(settings: Settings, selected: list[str], forwarded: list[str], he
         finally:
             await server.stop()
 
-    return run_until_signal(main)
+    # the supervisor waits for its apps' own bound, then SIGKILLs them: its deadline comes after that
+    return run_until_signal(main, shutdown_timeout=shutdown_timeout + STOP_GRACE_S + KILL_MARGIN_S, name="processors supervisor")

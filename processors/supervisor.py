@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from agl_stream.execution.parent_death import die_with_parent
+from agl_stream.service import STOP_WITH_PARENT_ENV, die_with_parent, stop_bound
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ class AppProcess:
 
     def start(self) -> None:
         self.health_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, preexec_fn=die_with_parent(os.getpid()))
+        self.proc = subprocess.Popen(self.argv, env={**os.environ, STOP_WITH_PARENT_ENV: "1", **self.env},
+                                     preexec_fn=die_with_parent(os.getpid()))  # fmt: skip
 
     @property
     def returncode(self) -> Optional[int]:
@@ -168,7 +169,7 @@ class ProcessSupervisor:
     async def _stop_all(self) -> None:
         for app in self.apps:
             app.signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.shutdown_timeout + 15.0
+        deadline = time.monotonic() + stop_bound(self.shutdown_timeout)  # each app's own deadline, and a margin
         while any(a.returncode is None for a in self.apps) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         for app in self.apps:

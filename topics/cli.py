@@ -81,11 +81,12 @@ def trim(
     """Delete the delete-policy topics' records that every consumer group has committed past (Apache Kafka).
 
     The local stack runs this every 30 s against its own broker; see agl_stream_topics.trim."""
-    from agl_stream.cli._async import run_until_signal
+    from agl_stream.service import run_until_signal
     from agl_stream_topics.trim import describe as describe_trimmed
     from agl_stream_topics.trim import trim_committed, trim_forever
 
     settings = _settings(bootstrap)
     if every > 0:
-        raise typer.Exit(run_until_signal(lambda stop: trim_forever(settings, stop, every=every, min_age=min_age)))
+        raise typer.Exit(run_until_signal(lambda stop: trim_forever(settings, stop, every=every, min_age=min_age),
+                                          shutdown_timeout=10.0, name="topics trim"))
     typer.echo(describe_trimmed(asyncio.run(trim_committed(settings, min_age=min_age))))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import threading
 from pathlib import Path
 from typing import Optional
@@ -50,9 +49,10 @@ def serve(
     generator = Generator(loaded, tokenizer, policy_version=policy_version, max_batch_rows=max_batch_rows)
     server = EmbeddedServer(generator, name, host, port).start()
     typer.echo(f"serving {directory} as '{name}' at {server.base_url}/v1 (policy version {policy_version})")
+    from agl_stream.service import StopDeadline, StopSignals
+
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    StopSignals(stop.set, StopDeadline(10.0, name="engine")).install()
     stop.wait()
     server.stop()
     generator.close()

@@ -32,7 +32,7 @@ from typing import Any, Coroutine, Mapping, Optional, TypeVar
 
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
 from agl_stream.broker._install import KAFKA_VERSION, KafkaInstall, kafka_install, package_file
-from agl_stream.execution.parent_death import die_with_parent
+from agl_stream.service import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,8 @@ class KafkaBroker:
             self._write_config(node)
             cmd = self._java_command("kafka.tools.StorageTool", "format", "-t", self._cluster_id(),
                                      "-c", str(node.config_file), "--ignore-formatted", heap_mb=128)  # fmt: skip
-            running.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            running.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                   preexec_fn=die_with_parent(os.getpid()))))  # fmt: skip
         for node, proc in running:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
-from agl_stream.execution.parent_death import die_with_parent
+from agl_stream.service import die_with_parent
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -12,7 +11,9 @@ from typing import Optional
 import typer
 
 from agl_stream.broker import BrokerError, KafkaUnavailable, describe, local_broker
+from agl_stream.broker._kafka import STOP_TIMEOUT as BROKER_STOP_TIMEOUT
 from agl_stream.config import Settings
+from agl_stream.service import StopDeadline, StopSignals
 
 app = typer.Typer(no_args_is_help=False, add_completion=False)
 
@@ -40,7 +41,8 @@ def broker(
         raise typer.BadParameter(f"{kind!r} is not kafka or tansu", param_hint="--kind / AGL_LOCAL_BROKER")
     settings = Settings.from_env(local_broker=kind)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl+C / SIGTERM stop the broker: its own stop SIGKILLs a node after its timeout; the deadline bounds the rest
+    StopSignals(stop.set, StopDeadline(BROKER_STOP_TIMEOUT, name="broker")).install()
     try:
         local = local_broker(settings, port=port, brokers=brokers, data_dir=data_dir or settings.data_dir / "kafka")
         began = time.monotonic()
@@ -55,13 +57,10 @@ def broker(
         typer.echo(f"AGL_KAFKA_BOOTSTRAP={local.bootstrap}", color=False)
         typer.echo(f"{describe(local)}: ready in {time.monotonic() - began:.1f} s", err=True)
         sys.stdout.flush()
-        try:
-            while not stop.wait(0.5):
-                if not local.running:
-                    typer.echo("broker exited unexpectedly", err=True)
-                    raise typer.Exit(1)
-        except KeyboardInterrupt:
-            pass
+        while not stop.wait(0.5):
+            if not local.running:
+                typer.echo("broker exited unexpectedly", err=True)
+                raise typer.Exit(1)
     typer.echo("broker stopped", err=True)
 
 

@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 
 from agl_stream.broker import BrokerError, LocalBroker, describe, local_broker
 from agl_stream.config import Settings
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command, die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class LocalStack:
     def check(self) -> None:
         """Raise :class:`ServiceCrashed` when a service died; the caller stops the rest."""
         if self.broker is not None and not self.broker.running:
-            from agl_stream.execution.process import ServiceCrashed
+            from agl_stream.service import ServiceCrashed
 
             raise ServiceCrashed("broker", None, "(see broker.log)")
         for service in self.services:
@@ -205,7 +205,7 @@ class LocalStack:
         """``agl-stream topics create`` (the topics service's own command: no import across services)."""
         proc = await asyncio.create_subprocess_exec(
             *agl_command("topics", "create"), env={**os.environ, **self.env()},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=die_with_parent(os.getpid()),
         )  # fmt: skip
         out, _ = await proc.communicate()
         if proc.returncode != 0:

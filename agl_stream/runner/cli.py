@@ -6,13 +6,16 @@ attempts at once inside each process as asyncio tasks (sync agents in threads). 
 for CPU-bound agents and concurrency for agents that mostly wait on LLMs or tools.
 
 Ctrl+C / SIGTERM: stop taking tasks, let running attempts finish (``--shutdown-grace``), flush
-spans, commit offsets, exit. A second signal cancels running attempts (reported failed).
+spans, commit offsets, exit. A second signal cancels running attempts (reported failed). The whole
+stop is bounded (:func:`runner_stop_timeout`): with the broker gone the flush would wait forever, so
+the process exits anyway (status 124) once the grace and the flush budget have passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -24,6 +27,14 @@ import typer
 from agl_stream.config import Settings, SettingsError
 
 logger = logging.getLogger(__name__)
+
+#: seconds a stopping runner gets, after its attempts' grace, to flush spans and commit offsets
+FLUSH_BUDGET_S = 10.0
+
+
+def runner_stop_timeout(shutdown_grace: float) -> float:
+    """A runner's graceful stop: the running attempts' grace, then the flush."""
+    return shutdown_grace + FLUSH_BUDGET_S
 
 
 def runner(
@@ -52,7 +63,7 @@ def runner(
     if (agent is None) == (components is None):
         raise typer.BadParameter("give the agent as --agent module:object or --components FILE (one of them)")
     if n_runners > 1:
-        raise typer.Exit(_run_processes(n_runners, worker_id))
+        raise typer.Exit(_run_processes(n_runners, worker_id, shutdown_grace))
     lit_agent, extra = _load(agent, components)
     asyncio.run(
         _run_one(
@@ -86,11 +97,15 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
     from agl_stream.runner.progress import progress_wanted, show_progress
     from agl_stream.runner.runner import LitAgentRunner
 
+    from agl_stream.service import StopDeadline
+
     runner_ = LitAgentRunner(agent, settings, **options)  # type: ignore[arg-type]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    deadline = StopDeadline(runner_stop_timeout(float(options.get("shutdown_grace", 30.0))), name="runner")  # type: ignore[arg-type]
 
     def on_signal(signame: str) -> None:
+        deadline.arm()
         if not stop.is_set():
             logger.info("%s: no new tasks; finishing running attempts (again to cancel them)", signame)
             stop.set()
@@ -114,17 +129,24 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
             await display
 
 
-def _run_processes(n: int, worker_id: Optional[str]) -> int:
-    """Start ``n`` single-process runners with the same arguments; forward signals; return the worst exit code."""
+def _run_processes(n: int, worker_id: Optional[str], shutdown_grace: float) -> int:
+    """Start ``n`` single-process runners with the same arguments; forward signals; return the worst exit code.
+
+    Each child dies with this process (parent-death signal), and this process's stop is bounded by the
+    children's own bound plus a margin."""
+    from agl_stream.service import KILL_MARGIN_S, STOP_WITH_PARENT_ENV, StopDeadline, die_with_parent
+
     args = _strip_option(sys.argv[1:], "--n-runners")
     args = _strip_option(args, "--worker-id")
     base = worker_id or "Worker"
     children = []
     for index in range(n):
         cmd = [sys.executable, "-m", "agl_stream.cli.main", *args, "--n-runners", "1", "--worker-id", f"{base}-{index}"]
-        children.append(subprocess.Popen(cmd))
+        children.append(subprocess.Popen(cmd, env={**os.environ, STOP_WITH_PARENT_ENV: "1"}, preexec_fn=die_with_parent(os.getpid())))
+    deadline = StopDeadline(runner_stop_timeout(shutdown_grace) + KILL_MARGIN_S, name="runners")
 
     def forward(signum: int, _frame: object) -> None:
+        deadline.arm()
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)

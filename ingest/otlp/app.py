@@ -26,6 +26,7 @@ from agl_stream.types import Span
 from agl_stream_ingest.http import add_operations, read_body_within
 from agl_stream_ingest.metrics import SPANS_REJECTED
 from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.stopping import stop_with_manager
 from agl_stream_ingest.otlp.decode import OtlpDecodeError, Rejection, parse_json, parse_protobuf, to_spans
 from agl_stream_ingest.publisher import PublishError, RecordTooLarge, SpanPublisher
 from agl_stream_ingest.security import check_token, decode_content_encoding
@@ -142,4 +143,5 @@ async def export(
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
+    stop_with_manager()
     return create_app(Settings.from_env(), IngestOptions.from_env())

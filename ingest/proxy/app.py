@@ -34,6 +34,7 @@ from agl_stream.types import Span
 from agl_stream_ingest.http import add_operations, read_body_within
 from agl_stream_ingest.metrics import BACKEND_LATENCY, SPANS_REJECTED, SPANS_TRUNCATED
 from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.stopping import stop_with_manager
 from agl_stream_ingest.proxy import sse
 from agl_stream_ingest.proxy.backend import (
     BackendRequest,
@@ -355,4 +356,5 @@ def create_app(
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
+    stop_with_manager()
     return create_app(Settings.from_env(), IngestOptions.from_env(), ProxyConfig.from_env())

@@ -34,6 +34,7 @@ from agl_stream.config import Settings
 from agl_stream.types import Attempt, NamedResources, ResourcesUpdate, Rollout, Span, Worker
 from agl_stream_ingest.http import add_operations
 from agl_stream_ingest.options import IngestOptions
+from agl_stream_ingest.stopping import stop_with_manager
 from agl_stream_ingest.otlp import app as otlp
 from agl_stream_ingest.publisher import PublishError, RecordTooLarge, SpanPublisher
 from agl_stream_ingest.security import check_token
@@ -411,6 +412,7 @@ SPAN_COUNTS_ENV = "AGL_STORE_SPAN_COUNTS"
 
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
+    stop_with_manager()
     counts = os.environ.get(SPAN_COUNTS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
     return create_app(Settings.from_env(), IngestOptions.from_env(), span_counts=counts)
 

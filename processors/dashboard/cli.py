@@ -55,7 +55,11 @@ def dashboard(
     sys.stdout.flush()
     if token is None and TOKEN_ENV not in os.environ:
         typer.echo(f"(a random token; set {TOKEN_ENV} or --token to choose one)", err=True)
-    config = uvicorn.Config(create_app(source, secret, refresh_seconds=refresh), log_level="warning", access_log=False)
+    from agl_stream.service import StopDeadline, stop_with_parent
+
+    config = uvicorn.Config(create_app(source, secret, refresh_seconds=refresh), log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=5)  # fmt: skip
+    stop_with_parent(StopDeadline(10.0, name="dashboard"))  # started by a job: gone, bounded, when the job is
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agl_stream.config import Settings, SettingsError
-from agl_stream.execution.process import agl_command
+from agl_stream.service import agl_command
 from agl_stream.env_var import resolve_bool_env_var, resolve_int_env_var
 
 

@@ -54,7 +54,7 @@ from agl_stream.client import StoreClient  # noqa: E402
 from agl_stream.client.sql_ids import in_lists  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.execution.local_stack import LocalStack  # noqa: E402
-from agl_stream.execution.process import ServiceProcess  # noqa: E402
+from agl_stream.service import ServiceProcess  # noqa: E402
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks, plan  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 from tests.benchmarks.soak_report import Sample, checkpoints, held_sizes, judge, markdown_table, plot  # noqa: E402

@@ -43,7 +43,7 @@ from rich.table import Table  # noqa: E402
 
 from agl_stream.config import Settings  # noqa: E402
 from agl_stream.execution.local_stack import LocalStack  # noqa: E402
-from agl_stream.execution.process import ServiceProcess, agl_command  # noqa: E402
+from agl_stream.service import ServiceProcess, agl_command  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 from tests.upstream_venv import UPSTREAM_ENV, UPSTREAM_VENV  # noqa: E402
 

@@ -31,7 +31,7 @@ from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
-from agl_stream.execution.process import ServiceProcess
+from agl_stream.service import ServiceProcess
 from agl_stream.types import RolloutConfig
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, TASK_NAME_KEY, make_tasks, plan
 from tests.agl_stream.runner.tcp_proxy import TcpProxy

@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from agl_stream.config import Settings
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command
 from agl_stream.kafka import RecordProducer
 from agl_stream.types import Trajectory, Triplet
 from tests.faults.report import report

@@ -41,7 +41,7 @@ import pytest
 from agl_stream.broker import free_port
 from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command
 from tests.faults.balancer import Balancer
 from tests.faults.harness import Pipeline
 from tests.faults.report import report

@@ -28,7 +28,7 @@ import pytest
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command
 from agl_stream.trainer import Trainer
 from tests.upstream_venv import UPSTREAM_ENV, upstream_python
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from agl_stream.service import ServiceProcess
 from agl_stream_trainer.engines.base import Weights
 
 
@@ -45,7 +45,7 @@ def vllm_available() -> tuple[bool, str]:
 
 
 class VLLMEngine:
-    def __init__(self, base_url: str, model_name: str, model_dir: Path, *, process: Optional[subprocess.Popen[bytes]] = None) -> None:
+    def __init__(self, base_url: str, model_name: str, model_dir: Path, *, process: Optional[ServiceProcess] = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.endpoint = self.base_url + "/v1"
         self.model_name = model_name
@@ -72,8 +72,8 @@ class VLLMEngine:
             "--model", str(model_dir), "--served-model-name", model_name,
             "--host", host, "--port", str(port), "--dtype", "bfloat16", *extra_args,
         ]
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
-        process = subprocess.Popen(cmd, env=env)
+        # its own process group, and it dies with this process: vLLM's workers are its children
+        process = ServiceProcess("vllm", cmd, env={"VLLM_SERVER_DEV_MODE": "1"}, stop_timeout=30.0).start()
         engine = cls(f"http://{host}:{port}", model_name, model_dir, process=process)
         await engine.wait_ready(startup_timeout)
         return engine
@@ -84,7 +84,7 @@ class VLLMEngine:
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient(timeout=5) as client:
             while True:
-                if self.process is not None and self.process.poll() is not None:
+                if self.process is not None and not self.process.alive:
                     raise RuntimeError(f"vLLM exited with code {self.process.returncode}")
                 try:
                     if (await client.get(self.base_url + "/health")).status_code == 200:
@@ -120,9 +120,6 @@ class VLLMEngine:
         self.policy_version = version
 
     async def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                await asyncio.to_thread(self.process.wait, 30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            # graceful, then SIGKILL for vLLM and every worker it started
+            await asyncio.to_thread(self.process.stop)

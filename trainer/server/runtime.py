@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from agl_stream.config import Settings
+from agl_stream.service import StopDeadline, stop_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Any) -> Any:
+#: the training server's whole stop: its jobs, then the local stack (processors and broker, each bounded)
+SERVER_STOP_TIMEOUT_S = 90.0
+
+
+def _uvicorn_server(app: Any, deadline: StopDeadline) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -74,6 +79,7 @@ def _uvicorn_server(app: Any) -> Any:
             loop = asyncio.get_running_loop()
 
             def stop() -> None:
+                deadline.arm()
                 self.force_exit = self.should_exit
                 self.should_exit = True
 
@@ -99,6 +105,8 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
     from agl_stream_trainer.server.datasets import DatasetStore
     from agl_stream_trainer.server.jobs import DEFAULT_TRAINER_CONFIG, JobManager, deep_merge
 
+    deadline = StopDeadline(SERVER_STOP_TIMEOUT_S, name="training server")
+    stop_with_parent(deadline)
     root = server_root(settings)
     root.mkdir(parents=True, exist_ok=True)
     token = resolve_token(root, options.token)
@@ -120,7 +128,7 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
         _secret_file(root / "server.json", json.dumps({"url": url, "pid": os.getpid()}) + "\n")
         print(f"agl-stream server: {url} (token: {'AGL_SERVER_TOKEN' if options.token or os.environ.get(TOKEN_ENV) else root / 'token'})",
               flush=True)  # fmt: skip
-        await _uvicorn_server(app).serve(sockets=[sock])
+        await _uvicorn_server(app, deadline).serve(sockets=[sock])
     finally:
         logger.info("stopping the training server")
         (root / "server.json").unlink(missing_ok=True)

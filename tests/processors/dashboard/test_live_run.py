@@ -29,7 +29,7 @@ import pytest
 from agl_stream.client import StoreClient
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

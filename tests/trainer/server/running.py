@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from agl_stream.execution.process import ServiceProcess, agl_command
+from agl_stream.service import ServiceProcess, agl_command
 
 TOKEN = "test-token-not-secret"
 

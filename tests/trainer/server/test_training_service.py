@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 import agl_stream as agl
-from agl_stream.execution.process import agl_command
+from agl_stream.service import agl_command
 from agl_stream.training_service import TrainingServiceError
 
 from tests.trainer.server.agents import SERVED_LOG, graded_agent

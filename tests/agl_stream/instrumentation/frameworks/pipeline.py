@@ -22,7 +22,7 @@ from agl_stream.client import StoreClient
 from agl_stream.client.clickhouse_reader import ClickHouseReader
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
-from agl_stream.execution.process import agl_command
+from agl_stream.service import agl_command
 from agl_stream.litagent import LitAgent
 from agl_stream.runner import LitAgentRunner
 from agl_stream.types import LLM
