@@ -28,6 +28,11 @@ def trainer(
     if max_steps is not None:
         cfg = cfg.model_copy(update={"max_steps": max_steps})
     settings = Settings.from_env(kafka_bootstrap=bootstrap)
+    from agl_stream.service import StopDeadline, stop_with_parent
+
+    # no graceful stop: SIGTERM ends the learner, and a restart resumes from its last checkpoint; started by a
+    # supervisor, it goes with it (and the deadline bounds an exit held up by a thread)
+    stop_with_parent(StopDeadline(10.0, name="learner"))
     asyncio.run(TrainerService(settings, cfg).run())
 
 

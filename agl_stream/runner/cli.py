@@ -97,12 +97,13 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
     from agl_stream.runner.progress import progress_wanted, show_progress
     from agl_stream.runner.runner import LitAgentRunner
 
-    from agl_stream.service import StopDeadline
+    from agl_stream.service import StopDeadline, stop_with_parent
 
     runner_ = LitAgentRunner(agent, settings, **options)  # type: ignore[arg-type]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     deadline = StopDeadline(runner_stop_timeout(float(options.get("shutdown_grace", 30.0))), name="runner")  # type: ignore[arg-type]
+    stop_with_parent(deadline)  # started by a supervisor: its death reaches on_signal below as SIGTERM
 
     def on_signal(signame: str) -> None:
         deadline.arm()
