@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench soak scaling chaos setup kafka browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo test bench soak scaling chaos nemesis setup kafka browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 # The venv and Kafka's jars are fetched side by side (two jobs): a fresh `make demo` saves the jars' 45 s.
 setup:
@@ -104,6 +104,16 @@ soak: setup
 
 scaling: setup
 	$(BIN)/python tests/benchmarks/bench_scaling.py
+
+# make nemesis SEED=7 DURATION=600 ROLLOUTS=20000: the workload under a seeded random schedule of faults, then the
+# audit (the schedule is printed first; the same seed replays it: python -m tests.faults.nemesis --seed 7 ...)
+SEED ?= 1
+DURATION ?= 300
+ROLLOUTS ?= 2000
+EVERY ?= 30
+nemesis: setup
+	$(BIN)/python -m tests.faults.nemesis --seed $(SEED) --duration $(DURATION) --rollouts $(ROLLOUTS) --every $(EVERY) \
+	  --json docs/bench-report/nemesis-seed$(SEED).json --plot docs/img/nemesis-seed$(SEED).png
 
 # make chaos RUNS=5: every scenario 5 times over (whole passes, pytest-repeat), one result line per run
 RUNS ?= 1

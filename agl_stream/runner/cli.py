@@ -6,7 +6,8 @@ attempts at once inside each process as asyncio tasks (sync agents in threads). 
 for CPU-bound agents and concurrency for agents that mostly wait on LLMs or tools.
 
 Ctrl+C / SIGTERM: stop taking tasks, let running attempts finish (``--shutdown-grace``), flush
-spans, commit offsets, exit. A second signal cancels running attempts (reported failed). The whole
+spans, commit offsets, exit. A second Ctrl-C cancels running attempts (reported failed); a repeated
+SIGTERM does not (a supervisor's group signal and its forwarded one arrive together). The whole
 stop is bounded (:func:`runner_stop_timeout`): with the broker gone the flush would wait forever, so
 the process exits anyway (status 124) once the grace and the flush budget have passed.
 """
@@ -108,9 +109,9 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
     def on_signal(signame: str) -> None:
         deadline.arm()
         if not stop.is_set():
-            logger.info("%s: no new tasks; finishing running attempts (again to cancel them)", signame)
+            logger.info("%s: no new tasks; finishing running attempts (Ctrl-C again to cancel them)", signame)
             stop.set()
-        else:
+        elif signame == "SIGINT":
             logger.warning("%s again: cancelling running attempts", signame)
             runner_.force_stop.set()
 

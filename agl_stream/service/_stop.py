@@ -4,7 +4,9 @@ A service's graceful stop waits on others (the broker to take a commit, ClickHou
 those gone it could wait forever, and an orphan that never exits is what issue 32 found. So every service
 arms a :class:`StopDeadline` when its stop begins. The deadline runs on its own thread, not the event
 loop, so it fires even when the loop is stuck, and it exits with :attr:`ExitCode.STOP_TIMED_OUT`.
-A second signal while stopping exits at once with :attr:`ExitCode.INTERRUPTED`.
+A second Ctrl-C (SIGINT) while stopping exits at once with :attr:`ExitCode.INTERRUPTED`. A repeated SIGTERM
+does not: supervisors signal a whole process group and also forward the signal to their children, so a
+child commonly gets the same stop request twice within milliseconds.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def stop_with_parent(deadline: StopDeadline, *, poll_s: float = 0.5, always: boo
 
 
 class StopSignals:
-    """SIGINT/SIGTERM to ``on_stop`` plus the deadline; a second signal exits at once.
+    """SIGINT/SIGTERM to ``on_stop`` plus the deadline; a second SIGINT exits at once (see the module doc).
 
     Use :meth:`install_on_loop` inside a running event loop, or :meth:`install` for a thread-based service
     (handlers then run on the main thread, between bytecodes)."""
@@ -109,8 +111,10 @@ class StopSignals:
 
     def __call__(self, signum: int, _frame: object = None) -> None:
         if self.received is not None:
-            os.write(2, f"{self.deadline.name}: second {signal.Signals(signum).name} while stopping; exiting now\n".encode())
-            os._exit(ExitCode.INTERRUPTED)
+            if signum == signal.SIGINT:
+                os.write(2, f"{self.deadline.name}: Ctrl-C again while stopping; exiting now\n".encode())
+                os._exit(ExitCode.INTERRUPTED)
+            return  # the same stop request again (the group's signal and the parent's forwarded one)
         self.received = signum
         self.deadline.arm()
         self.on_stop()

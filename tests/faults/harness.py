@@ -159,8 +159,10 @@ class Pipeline:
                     triplets.get("trajectories"),
                     triplets.get("spans"),
                 )
+                # an attempt adapted but waiting for the state machine's decision holds its trajectory unwritten
                 idle = (all(v.get("pending", 0) == 0 for v in sinks.values()) and sinks
-                        and triplets.get("in_flight", 0) == 0 and triplets.get("buffered_spans", 0) == 0)  # fmt: skip
+                        and triplets.get("in_flight", 0) == 0 and triplets.get("buffered_spans", 0) == 0
+                        and triplets.get("awaiting_decision", 0) == 0)  # fmt: skip
                 stable = stable + 1 if (idle and counts == last) else 0
                 last = counts
                 if stable >= quiet:

@@ -57,6 +57,15 @@ def test_a_second_signal_while_stopping_exits_at_once() -> None:
     assert proc.wait(10) == ExitCode.INTERRUPTED
 
 
+def test_a_repeated_sigterm_is_the_same_stop_request_not_an_order_to_exit_at_once() -> None:
+    """A supervisor signals the group and forwards the signal too: the child gets SIGTERM twice, and must
+    still stop gracefully (here: until its deadline, since the stop hangs)."""
+    proc = start(STUCK_SERVICE, "1.0")
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == ExitCode.STOP_TIMED_OUT
+
+
 #: a parent that starts the stuck service, prints its pid, and waits to be killed
 PARENT = textwrap.dedent("""
     import subprocess, sys, time

@@ -1,0 +1,7 @@
+"""``python -m tests.faults.nemesis``: see :mod:`tests.faults.nemesis.run`."""
+
+import sys
+
+from tests.faults.nemesis.run import main
+
+sys.exit(main())

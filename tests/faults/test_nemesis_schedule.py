@@ -1,0 +1,69 @@
+"""The nemesis's schedule: replayable from its seed, one fault per target at a time, several at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.faults.nemesis.run import targets_for
+from tests.faults.nemesis.schedule import HOLD_RANGE, Fault, Target, format_schedule, make_schedule, overlapping
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = targets_for(["runners-0", "runners-1"], proxy=True, broker_nodes=[])
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    a = make_schedule(7, 3600, 30, TARGETS)
+    assert a == make_schedule(7, 3600, 30, TARGETS)
+    assert a != make_schedule(8, 3600, 30, TARGETS)
+
+
+def test_faults_come_every_so_often_on_average_and_overlap() -> None:
+    faults = make_schedule(1, 20_000, 30, TARGETS)
+    gaps = [b.at - a.at for a, b in zip(faults, faults[1:])]
+    # one per target at a time skips some draws, so the mean gap is a little above 30 s
+    assert 30 <= sum(gaps) / len(gaps) <= 45
+    assert overlapping(faults) >= 2
+    assert {f.kind for f in faults} == {"kill", "pause", "partition"}
+    assert all(HOLD_RANGE[f.kind][0] <= f.hold <= HOLD_RANGE[f.kind][1] for f in faults)
+
+
+def test_a_target_takes_one_fault_at_a_time_and_only_kinds_it_allows() -> None:
+    faults = make_schedule(2, 20_000, 5, TARGETS)
+    allowed = {t.name: set(t.kinds) for t in TARGETS}
+    last_end: dict[str, float] = {}
+    for fault in faults:
+        assert fault.kind in allowed[fault.target]
+        assert fault.at >= last_end.get(fault.target, 0.0), fault
+        last_end[fault.target] = fault.ends
+
+
+def test_broker_faults_only_where_the_broker_replicates() -> None:
+    one_node = {t.name for t in targets_for(["runners-0"], proxy=True, broker_nodes=[1])}
+    assert not any(name.startswith("broker-") and name != "broker-link" for name in one_node)
+    cluster = targets_for(["runners-0"], proxy=False, broker_nodes=[1, 2, 3])
+    assert {t.name for t in cluster} >= {"broker-1", "broker-2", "broker-3"}
+    assert all("partition" not in t.kinds for t in cluster)  # no proxy in front of a cluster yet
+
+
+def test_overlap_counts_faults_in_effect_together() -> None:
+    faults = [Fault(0, "pause", "a", 10), Fault(5, "kill", "b", 10), Fault(12, "pause", "c", 1)]
+    assert overlapping(faults) == 2
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        make_schedule(1, 100, 0, TARGETS)
+    with pytest.raises(ValueError):
+        make_schedule(1, 100, 10, [])
+
+
+def test_the_command_prints_the_schedule_a_seed_replays() -> None:
+    cmd = [sys.executable, "-m", "tests.faults.nemesis", "--schedule-only", "--seed", "11", "--duration", "600"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out == subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == format_schedule(11, make_schedule(11, 600, 30, TARGETS, quiet_tail=15.0))
+    assert Target("processors", ("kill", "pause", "partition")) in TARGETS
