@@ -64,6 +64,6 @@ def test_bad_arguments_are_refused() -> None:
 def test_the_command_prints_the_schedule_a_seed_replays() -> None:
     cmd = [sys.executable, "-m", "tests.faults.nemesis", "--schedule-only", "--seed", "11", "--duration", "600"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out == subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # the run prints the same schedule before it starts (same targets, same seed)
     assert out.strip() == format_schedule(11, make_schedule(11, 600, 30, TARGETS, quiet_tail=15.0))
     assert Target("processors", ("kill", "pause", "partition")) in TARGETS
