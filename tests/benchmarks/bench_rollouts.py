@@ -176,7 +176,7 @@ async def wait_sinks_caught_up(health_file: Path, spans: int, trajectories: int,
     raise TimeoutError(f"sinks did not catch up within {timeout}s")
 
 
-async def run_warmup(store: StoreClient, warmup: list[dict[str, Any]], enq: Enqueued, warm_ids: set[str],
+async def run_warmup(store: StoreClient, warmup: list[dict[str, Any]], warmup_spans: int, enq: Enqueued, warm_ids: set[str],
                      args: argparse.Namespace, stack: LocalStack, procs: ProcessSampler,
                      health_file: Path) -> dict[str, Any]:  # fmt: skip
     """Run ``warmup`` through the stack before the clock starts (``--warmup``), and say what it cost.
@@ -193,7 +193,7 @@ async def run_warmup(store: StoreClient, warmup: list[dict[str, Any]], enq: Enqu
     done = await store.wait_for_rollouts(rollout_ids=list(warm_ids), timeout=args.timeout)
     if len(done) != len(warm_ids):
         raise RuntimeError(f"only {len(done)} of {len(warm_ids)} warm-up rollouts finished within {args.timeout}s")
-    await wait_sinks_caught_up(health_file, sum(plan(t).spans for t in warmup), len(warmup))
+    await wait_sinks_caught_up(health_file, warmup_spans, len(warmup))
     cpu = cpu_per_rollout(procs.cpu_since(), len(warm_ids))
     return {"rollouts": len(warm_ids), "duration_s": round(time.time() - started, 2),
             "server_cpu_ms_per_rollout": round(cpu["server_total"], 3)}  # fmt: skip
@@ -247,7 +247,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     warmup = make_tasks(args.warmup, seed=args.seed + 1, sleep=args.sleep, prefix="warmup")
     # counted before the clock starts: planning regenerates every span's random attributes (~8 ms per task),
     # and done inside the CPU window it left the server idle-polling for 170 s at 20,000 rollouts
-    expected_spans = sum(plan(t).spans for t in [*warmup, *tasks])
+    warmup_spans = sum(plan(t).spans for t in warmup)
+    expected_spans = warmup_spans + sum(plan(t).spans for t in tasks)
     enq = Enqueued()
     succeeded_seen: dict[str, float] = {}  # rollout id -> when this driver saw its 'succeeded' snapshot
     soak: list[Sample] = []  # --soak: every process's CPU and RSS with the rollouts done, every few seconds
@@ -280,7 +281,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
         async with StoreClient(settings) as store:
             if warmup:
-                results["warmup"] = await run_warmup(store, warmup, enq, warm_ids, args, stack, procs,
+                results["warmup"] = await run_warmup(store, warmup, warmup_spans, enq, warm_ids, args, stack, procs,
                                                      log_dir / "processors.health.json")  # fmt: skip
             procs.mark()  # the CPU window: from the first enqueue until the sinks wrote the last row
             t0 = time.time()
