@@ -68,6 +68,7 @@ from agl_stream_processors.state_machine.liveness import SpanLivenessReader
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
 from agl_stream_processors.state_machine.rules import Outcome, RolloutState
+from agl_stream_processors.read_progress import ReadProgress
 from agl_stream_topics.catalog import CATALOG, TopicSpec
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,10 @@ CHANGELOG = TopicSpec(
 
 # agl-stream's encoder writes a span's ids first; anything else falls back to a full JSON parse
 _SPAN_IDS = re.compile(rb'^\{"schema":"span","v":1,"data":\{"rollout_id":"([^"\\]+)","attempt_id":"([^"\\]+)"')
+
+
+def _rounded(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else round(seconds, 3)
 
 
 def _span_ids(value: Optional[bytes]) -> tuple[str, str]:
@@ -131,6 +136,9 @@ class RolloutStateMachine:
         self._watch: set[str] = set()
         self._running: dict[str, str] = {}  # rollout id -> attempt id of a running attempt (span fast path)
         self._last_seen: dict[str, float] = {}
+        # how far the agent read agl.tasks/agl.attempts; with the span reader's, the watchdog's clock
+        self._progress = ReadProgress()
+        self._processed_to: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset the agent has not processed
         self._expiry: list[tuple[float, str]] = []
         self._terminal: dict[str, None] = {}  # terminal rollouts held, oldest first (insertion order)
         self._decoded = DecodedStates()  # states of the table's values this process wrote (saves decoding)
@@ -196,12 +204,46 @@ class RolloutStateMachine:
             await app.stop()
             await self._spans.stop()
 
+    def input_lag_seconds(self, now: float) -> Optional[float]:
+        """How far behind its inputs (tasks and attempts through faust, spans through the reader) this app reads;
+        None while a partition was neither fetched nor read since the last rebalance."""
+        lags = [self._progress.lag_seconds(now), self._spans.progress.lag_seconds(now) if self._spans else 0.0]
+        return None if None in lags else max(lag for lag in lags if lag is not None)
+
+    async def _note_fetches(self) -> None:
+        """Where faust's consumer stands on each input partition (see :mod:`~agl_stream_processors.read_progress`).
+
+        faust buffers what its consumer fetched before the agent processes it, so a partition is caught up
+        only when the agent processed up to the consumer's position too (one offset of slack: the marker
+        that ends a transaction takes an offset the agent never sees).
+        """
+        consumer = self._app.consumer
+        try:
+            raw = consumer._thread._ensure_consumer()  # noqa: SLF001 - faust keeps no public accessor
+        except AttributeError:
+            return
+        source = {self.settings.topic(t) for t in ("tasks", "attempts")}
+        assigned = {tp for tp in consumer.assignment() if tp.topic in source}
+        self._progress.keep({(tp.topic, tp.partition) for tp in assigned})
+        for tp in assigned:
+            key = (tp.topic, tp.partition)
+            try:
+                position: Optional[int] = await consumer.position(tp)
+            except Exception:  # noqa: BLE001 - moved away meanwhile, or no position yet: unknown, not caught up
+                position = None
+            processed = self._processed_to.get(key)
+            if position is not None and processed is not None and processed + 1 < position:
+                position = processed  # fetched, not yet processed
+            polled = raw.last_poll_timestamp(tp)
+            self._progress.fetched(key, position, consumer.highwater(tp), polled / 1000.0 if polled is not None else None)
+
     def health(self) -> dict[str, Any]:
         return {
             **dict(self.counts),
             "dead_letters": dict(self.dlq.counts),
             "rollouts_in_table": len(self._table) if self._app is not None else 0,
             "watched": len(self._watch),
+            "input_lag_seconds": _rounded(self.input_lag_seconds(time.time())),
             "ready": self.ready.is_set(),
             "source": self._source_health(),
         }
@@ -317,6 +359,9 @@ class RolloutStateMachine:
 
     async def _agent(self, stream: Any) -> None:
         async for event in stream.events():
+            message = event.message
+            self._progress.consumed((message.topic, message.partition), message.timestamp)
+            self._processed_to[(message.topic, message.partition)] = message.offset + 1
             async with self._lock:
                 try:
                     await self._handle(event)
@@ -419,6 +464,7 @@ class RolloutStateMachine:
                                  if tp.topic == self.settings.topic("attempts"))  # fmt: skip
         now = time.time()
         async with self._lock:
+            self._progress, self._processed_to = ReadProgress(), {}  # partitions may have moved: measured again
             await self._rewind_uncommitted()
             corrected = await self._catch_up() if self._tansu else 0
             self._watch.clear()
@@ -460,6 +506,9 @@ class RolloutStateMachine:
         source = {self.settings.topic(t) for t in ("tasks", "attempts")}
         committed = await consumer.seek_to_committed()  # faust's only way to read them; it seeks again itself
         rewind = {tp: 0 for tp, offset in committed.items() if tp.topic in source and (offset is None or offset < 0)}
+        for tp, offset in committed.items():  # where the agent starts: what faust fetches beyond it is unprocessed
+            if tp.topic in source:
+                self._processed_to[(tp.topic, tp.partition)] = offset if offset is not None and offset > 0 else 0
         if rewind:
             task = asyncio.create_task(self._rewind_when_flowing(rewind), name=f"{self.app_id}.rewind")
             self._background.add(task)
@@ -505,13 +554,17 @@ class RolloutStateMachine:
             return
         now = time.time()
         async with self._lock:
+            # Silence is judged by read progress, not the wall clock: while the inputs lag (a restart, a pause),
+            # the spans and heartbeats that keep an attempt alive are still unread (see stream_lag).
+            await self._note_fetches()
+            read_through = min(self._progress.read_through(now), self._spans.progress.read_through(now) if self._spans else now)
             for rid in list(self._watch):
                 try:
                     state = self._load(rid)
                     if state is None or not rules.watched(state):
                         self._watch.discard(rid)
                         continue
-                    await self._apply(rules.watchdog(state, now, self._last_seen.get(rid)))
+                    await self._apply(rules.watchdog(state, read_through, self._last_seen.get(rid)))
                 except Exception:
                     self.counts["watchdog_errors"] += 1
                     logger.exception("state machine: watchdog failed for %s", rid)

@@ -26,6 +26,7 @@ from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
 from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, connection_options, start_with_retry
+from agl_stream_processors.read_progress import PROGRESS_INTERVAL_S, ReadProgress, note_fetches
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class SpanLivenessReader:
         self.on_span = on_span
         self.commit_interval = commit_interval
         self.records = 0
+        self.progress = ReadProgress()  # how far agl.spans was read: part of the watchdog's clock
         self._consumer: Optional[AIOKafkaConsumer] = None
         self._partitions: set[int] = set()
         self._assign_lock = asyncio.Lock()
@@ -71,6 +73,7 @@ class SpanLivenessReader:
             await self._commit()
             tps = [TopicPartition(self.topic, p) for p in sorted(wanted)]
             self._consumer.assign(tps)
+            self.progress.keep(wanted)
             for tp in tps:  # from the committed offset; from the start when there is none
                 committed = await self._consumer.committed(tp)
                 if committed is None or committed < 0:
@@ -82,7 +85,7 @@ class SpanLivenessReader:
 
     async def run(self, stop: asyncio.Event) -> None:
         assert self._consumer is not None
-        last_commit = time.monotonic()
+        last_commit = last_progress = time.monotonic()
         while not stop.is_set():
             if not self._partitions:
                 await asyncio.sleep(0.1)
@@ -90,9 +93,15 @@ class SpanLivenessReader:
             async with self._assign_lock:
                 batches = await self._consumer.getmany(timeout_ms=100, max_records=5000)
             now = time.time()
-            for records in batches.values():
+            for tp, records in batches.items():
                 for record in records:
                     await self._handle(record, now)
+                if records:
+                    self.progress.consumed(tp.partition, records[-1].timestamp / 1000.0)
+            if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+                await note_fetches(self.progress, self._consumer, self._consumer.assignment(), read_committed=False,
+                                   key=lambda tp: tp.partition)  # fmt: skip
+                last_progress = time.monotonic()
             if time.monotonic() - last_commit >= self.commit_interval:
                 await self._commit()
                 last_commit = time.monotonic()

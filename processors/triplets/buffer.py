@@ -3,8 +3,11 @@
 Pure bookkeeping (no Kafka), driven by the processor with a monotonic clock:
 
 * an attempt is **ready** once its ``finished`` event arrived and ``span_count`` distinct spans were
-  received, or ``grace_seconds`` after the ``finished`` event with whatever arrived (then it is
-  marked incomplete; ``span_count`` missing also means "wait for the grace period");
+  received, or with whatever arrived once the spans were read up to ``grace_seconds`` after the
+  ``finished`` event was produced (then it is marked incomplete; ``span_count`` missing also means
+  "wait for the grace period"). The grace is judged by read progress, not the wall clock: a processor
+  that lags (a restart, a pause) has the missing spans on the topic, unread
+  (:mod:`agl_stream_processors.read_progress`);
 * a span for an attempt that was already adapted (remembered for ``late_window_seconds``) is
   **late**: the processor counts it and dead-letters it with reason "late span" (no re-adaptation:
   the trajectory may already be trained on; the dead letter keeps the bytes for a replay);
@@ -50,7 +53,7 @@ class PendingAttempt:
     spans: dict[str, Span] = field(default_factory=dict)
     tokens: list[Any] = field(default_factory=list)
     finished: Optional[AttemptEvent] = None
-    finished_seen: Optional[float] = None
+    finished_at: Optional[float] = None  # when the 'finished' event was produced (or seen, without a timestamp)
     started: Optional[AttemptEvent] = None
 
     @property
@@ -132,26 +135,34 @@ class AttemptBuffer:
         if not self.was_adapted(event.rollout_id, event.attempt_id):
             self._get(event.rollout_id, event.attempt_id, partition, now).started = event
 
-    def add_finished(self, event: AttemptEvent, token: Any, partition: Optional[int], now: float) -> bool:
-        """Record a ``finished`` event; False when it repeats one already seen or adapted (a duplicate)."""
+    def add_finished(
+        self, event: AttemptEvent, token: Any, partition: Optional[int], now: float, produced_at: Optional[float] = None
+    ) -> bool:
+        """Record a ``finished`` event (produced at ``produced_at``, on the clock ``take_ready``'s ``read_through`` uses);
+        False when it repeats one already seen or adapted (a duplicate)."""
         if self.was_adapted(event.rollout_id, event.attempt_id):
             return False
         item = self._get(event.rollout_id, event.attempt_id, partition, now)
         item.tokens.append(token)
         if item.finished is not None:
             return False
-        item.finished, item.finished_seen = event, now
+        item.finished, item.finished_at = event, produced_at if produced_at is not None else now
         return True
 
     # ------------------------------------------------------------------ output
 
-    def take_ready(self, now: float) -> list[PendingAttempt]:
-        """Attempts to adapt now (complete, or past the grace period); they move to the adapted set."""
+    def take_ready(self, now: float, read_through: Optional[float] = None) -> list[PendingAttempt]:
+        """Attempts to adapt now (complete, or past the grace period); they move to the adapted set.
+
+        ``read_through``: the time before which every span was read (default ``now``); the grace period
+        ends when it passes ``finished_at + grace_seconds``.
+        """
+        clock = now if read_through is None else read_through
         ready = [
             item
             for item in self.pending.values()
             if item.finished is not None
-            and (item.complete or (item.finished_seen is not None and now - item.finished_seen >= self.grace_seconds))
+            and (item.complete or (item.finished_at is not None and clock - item.finished_at >= self.grace_seconds))
         ]
         for item in ready:
             del self.pending[item.key]

@@ -59,6 +59,7 @@ from agl_stream.kafka import (
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
 from agl_stream_processors.dlq import DeadLetterWriter
+from agl_stream_processors.read_progress import PROGRESS_INTERVAL_S, ReadProgress, note_fetches
 from agl_stream_processors.triplets.buffer import AttemptBuffer, AttemptKey, PendingAttempt, SpanOutcome
 from agl_stream_processors.triplets.decisions import Decision, Decisions
 
@@ -149,6 +150,7 @@ class TripletProcessor:
         # (finished records, span records) of acknowledged trajectories whose finished is not committed yet
         self._deferred: list[tuple[list[ConsumerRecord], list[RecordRef]]] = []
         self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
+        self._spans_progress = ReadProgress()  # how far agl.spans was read: the grace period's clock
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -182,7 +184,7 @@ class TripletProcessor:
         logger.info(
             "triplets: %s + %s -> %s with %r", self.spans_topic, self.attempts_topic, self.triplets_topic, self.adapter
         )
-        last_commit = time.monotonic()
+        last_commit = last_progress = time.monotonic()
         follower = asyncio.create_task(self._follow_rollouts(stop), name="triplets-rollouts-follower")
         try:
             while not stop.is_set():
@@ -199,7 +201,13 @@ class TripletProcessor:
                 for record in records:
                     await self._ingest(record, now)
                 self._prune_decisions(now)
-                for item in self.buffer.take_ready(now):
+                if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
+                    spans = [tp for tp in consumer.raw.assignment() if tp.topic == self.spans_topic]
+                    await note_fetches(self._spans_progress, consumer.raw, spans, key=lambda tp: tp.partition,
+                                       read_committed=self.settings.kafka_transactions)  # fmt: skip
+                    last_progress = time.monotonic()
+                spans_read_through = self._spans_progress.read_through(time.time())
+                for item in self.buffer.take_ready(now, spans_read_through):
                     adapted = await self._adapt(item)
                     if adapted is not None:
                         self._awaiting[item.key] = (adapted, now)
@@ -309,6 +317,7 @@ class TripletProcessor:
             return
         consumer.assignment_changed.clear()
         owned = {tp.partition for tp in consumer.raw.assignment()}
+        self._spans_progress.keep(owned)
         moved = len(self.buffer.drop_partitions(owned))
         for key, (item, _) in list(self._awaiting.items()):
             if item.partition is not None and item.partition not in owned:
@@ -401,7 +410,8 @@ class TripletProcessor:
             await self._dead_letter(err.reason, [record], record=record, kind="invalid_record")
             return
         if event.kind == "finished":
-            if not self.buffer.add_finished(event, record, record.partition, now):
+            produced_at = record.timestamp / 1000.0 if record.timestamp is not None else time.time()
+            if not self.buffer.add_finished(event, record, record.partition, now, produced_at):
                 self.counts["duplicate_finished"] += 1
                 if self.buffer.was_adapted(event.rollout_id, event.attempt_id):
                     # its attempt is adapted; otherwise the repeat is buffered and settled with the trajectory
@@ -415,6 +425,7 @@ class TripletProcessor:
 
     async def _ingest_span(self, record: ConsumerRecord, now: float) -> None:
         assert self._consumer is not None
+        self._spans_progress.consumed(record.partition, record.timestamp / 1000.0 if record.timestamp is not None else None)
         try:
             span = decode(record.value, Span)
         except RecordError as err:

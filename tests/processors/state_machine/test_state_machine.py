@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import AsyncIterator, Callable, Optional
 
 import pytest
@@ -171,6 +172,29 @@ async def test_timeout_unresponsive_and_failure_are_retried_and_finish_later(top
         assert ("requeuing", "unresponsive", 1) in history[silent.rollout_id]
         assert ("requeuing", "failed", 1) in history[failing.rollout_id]
         assert h.machine.counts["requeued"] == 3
+
+
+async def test_silence_is_judged_by_what_was_read_not_the_wall_clock(topics: Settings) -> None:
+    """A live attempt is not requeued while the spans that keep it alive wait unread (the reader cannot fetch)."""
+    async with harness(topics) as h:
+        alive = await h.enqueue("ro-000000000a04", RolloutConfig(unresponsive_seconds=1.5, max_attempts=2, retry_condition=["unresponsive"]))
+        await h.event(alive, "started")
+        await h.span(alive)
+        await h.wait_status(alive.rollout_id, "running")
+        reader = h.machine._spans._consumer  # noqa: SLF001 - stand in for a reader cut from its broker
+        assert reader is not None
+        reader.pause(*reader.assignment())
+        for _ in range(12):  # 3.6 s of spans, more than twice the silence allowed, none read
+            await h.span(alive)
+            await asyncio.sleep(0.3)
+        lag = h.machine.input_lag_seconds(time.time())
+        assert lag is not None and lag > 1.5, lag
+        reader.resume(*reader.assignment())
+        await asyncio.sleep(1.0)  # read, and judged again once caught up
+        await h.event(alive, "finished", "succeeded")
+        await h.wait_status(alive.rollout_id, "succeeded", attempts=1)
+        assert all(status != "requeuing" for status, _, _ in h.statuses()[alive.rollout_id])
+        assert h.machine.counts["requeued"] == 0
 
 
 async def test_max_attempts_exhausted_cancel_and_late_duplicate_events(topics: Settings) -> None:

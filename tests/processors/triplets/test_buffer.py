@@ -70,3 +70,13 @@ def test_remembered_attempts_expire_after_the_late_window() -> None:
     buf.add_finished(finished(0, attempt="at-00000002"), "g", 0, now=20.0)
     buf.take_ready(now=20.0)
     assert not buf.was_adapted(R, A) and buf.remembered == 1
+
+
+def test_grace_period_ends_when_the_spans_are_read_past_it() -> None:
+    """With a read-through time, the grace counts from the finished event's produce time on the read clock."""
+    buf = AttemptBuffer(grace_seconds=5)
+    buf.add_span(span(1), "t1", 0, now=1.0)
+    buf.add_finished(finished(2), "f", 0, now=1.0, produced_at=1000.0)
+    assert buf.take_ready(now=500.0, read_through=1004.0) == []  # the wall clock is far past; the spans are not
+    (item,) = buf.take_ready(now=501.0, read_through=1005.0)
+    assert not item.complete

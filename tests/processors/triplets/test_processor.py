@@ -136,6 +136,28 @@ async def test_configured_adapter_and_grace_period_for_missing_spans(topics: Set
     assert processor.health()["incomplete_attempts"] == 1
 
 
+async def test_the_grace_period_counts_from_what_was_read_not_the_wall_clock(topics: Settings) -> None:
+    """Spans waiting unread (the consumer cannot fetch them) are not given up for missing after the grace period."""
+    rid, aid = "ro-aaaaaaaaaaa9", "at-aaaaaaa9"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    processor = TripletProcessor(topics, options=FAST)
+    async with running(processor), RecordProducer(topics) as producer:
+        consumer = processor._consumer.raw  # noqa: SLF001 - stand in for a consumer cut from the spans' broker
+        paused = [tp for tp in consumer.assignment() if tp.topic == topics.topic("spans")]
+        consumer.pause(*paused)
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+        await asyncio.sleep(3 * FAST.grace_seconds)  # the wall clock passes the grace period; the spans are unread
+        assert processor.health()["pending_attempts"] == 1
+        consumer.resume(*paused)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert trajectory.span_count == len(spans) and "incomplete" not in trajectory.metadata
+    assert processor.health().get("incomplete_attempts", 0) == 0
+
+
 def malformed(i: int) -> Optional[bytes]:
     kinds = [
         b"not json at all",
