@@ -39,9 +39,10 @@ the fetch responses and whatever faust missed is applied (``recovery_corrections
 also answers a waiting fetch only when its wait runs out, so there faust's 1.5 s fetch wait is
 shortened. On Apache Kafka neither runs: faust's recovery and fetches are used as they are.
 
-Limitation (memory store): on a multi-instance rebalance faust drops restored keys of revoked
-partitions but not keys written live; every instance only *acts* on its assigned partitions'
-records, but a revoked key can linger in memory until its retention expires.
+On a multi-instance rebalance faust drops restored keys of revoked partitions but not keys written
+live (memory store). After every rebalance those lingering keys are dropped from the local store (not
+the changelog): the watchdog acts on the table's keys, and two instances watching one rollout would
+requeue its attempt twice.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
+
+from aiokafka.partitioner import murmur2
 
 from agl_stream.config import Settings
 from agl_stream.kafka import is_tansu
@@ -472,9 +475,16 @@ class RolloutStateMachine:
             self._last_seen.clear()
             self._expiry.clear()
             self._decoded.clear()
-            republished = 0
+            republished = lingering = 0
+            owned = self._owned_partitions()
             for key, raw in list(self._table.items()):
                 if not raw:
+                    continue
+                if owned is not None and self._partition_of(key) not in owned:
+                    # a revoked partition's key that faust kept (written live, see "Limitation"): its owner watches
+                    # it now; acting on it here too would requeue the same attempt twice
+                    del self._table.data[key]  # the store directly: no changelog record
+                    lingering += 1
                     continue
                 state = RolloutState.model_validate_json(raw)
                 self._decoded.remember(key, raw, state)
@@ -485,11 +495,24 @@ class RolloutStateMachine:
                     await self._rollouts.send(key=key, value=encode(state.snapshot()))
                     republished += 1
             self._recovered_at = now
+        if lingering:
+            self.counts["revoked_keys_dropped"] += lingering
         logger.info(
-            "state machine: %d rollouts recovered (%d corrected from the changelog tail), %d snapshots re-published",
-            len(self._table), corrected, republished,
+            "state machine: %d rollouts recovered (%d corrected from the changelog tail, %d of revoked partitions "
+            "dropped), %d snapshots re-published", len(self._table), corrected, lingering, republished,
         )  # fmt: skip
         self.ready.set()
+
+    def _owned_partitions(self) -> Optional[set[int]]:
+        """Partition numbers of the rollout-keyed inputs assigned to this instance (None: unknown)."""
+        tasks = self.settings.topic("tasks")
+        owned = {tp.partition for tp in self._app.consumer.assignment() if tp.topic == tasks}
+        return owned if self._app.consumer.topic_partitions(tasks) else None
+
+    def _partition_of(self, key: bytes) -> int:
+        """The partition of a rollout id on the co-partitioned topics (the producers' murmur2 partitioner)."""
+        count = self._app.consumer.topic_partitions(self.settings.topic("tasks")) or self.settings.partitions
+        return (murmur2(key) & 0x7FFFFFFF) % count
 
     async def _rewind_uncommitted(self) -> None:
         """Replay input partitions that have no committed offset, once faust's streams are flowing.
@@ -550,8 +573,8 @@ class RolloutStateMachine:
         return corrected
 
     async def _watchdog(self) -> None:
-        if not self.ready.is_set():
-            return
+        if not self.ready.is_set() or self._app.rebalancing or self._app.in_recovery:
+            return  # mid-rebalance the partitions (and the rollouts this instance may judge) are in flux
         now = time.time()
         async with self._lock:
             # Silence is judged by read progress, not the wall clock: while the inputs lag (a restart, a pause),

@@ -291,6 +291,45 @@ async def test_state_survives_a_restart_through_the_changelog(topics: Settings) 
         await h.wait_status(task.rollout_id, "succeeded", attempts=2)
 
 
+async def test_a_second_instance_takes_partitions_and_the_first_stops_watching_them(topics: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Keys of partitions a rebalance moved away are dropped, so no rollout is watched (and requeued) by two instances."""
+    config = RolloutConfig(unresponsive_seconds=2.0, max_attempts=3, retry_condition=["unresponsive"])
+    async with harness(topics) as h:
+        tasks = [await h.enqueue(f"ro-00000000e{i:03d}", config) for i in range(12)]
+        for task in tasks:
+            await h.event(task, "started")
+            await h.span(task)
+        for task in tasks:
+            await h.wait_status(task.rollout_id, "running")
+
+        async def alive() -> None:  # every attempt shows signs of life all along
+            while True:
+                for task in tasks:
+                    await h.span(task)
+                await asyncio.sleep(0.3)
+
+        beating = asyncio.create_task(alive())
+        second = RolloutStateMachine(topics.model_copy(update={"data_dir": tmp_path / "second"}), FAST)
+        stop = asyncio.Event()
+        running = asyncio.create_task(second.run(stop))
+        try:
+            await asyncio.wait_for(second.ready.wait(), 60)
+            await asyncio.sleep(5.0)  # more than twice the silence allowed, after the rebalance
+            beating.cancel()
+            for task in tasks:
+                await h.event(task, "finished", "succeeded")
+            for task in tasks:
+                await h.wait_status(task.rollout_id, "succeeded", attempts=1)
+            owned_by_second = second.health()["rollouts_in_table"]
+        finally:
+            beating.cancel()
+            stop.set()
+            await asyncio.wait_for(running, 60)
+        assert 0 < owned_by_second < len(tasks), owned_by_second  # the group split the rollouts
+        assert h.machine.counts["revoked_keys_dropped"] > 0
+        assert h.machine.counts["requeued"] == 0 and second.counts["requeued"] == 0
+
+
 async def test_finished_rollouts_leave_the_table_and_late_events_cannot_resurrect_them(topics: Settings) -> None:
     async with harness(topics, StateMachineOptions(scan_interval=0.1, retention_seconds=0.5)) as h:
         task = await h.enqueue("ro-000000000f01", RolloutConfig())
