@@ -125,7 +125,8 @@ def _supervise(settings: Settings, selected: list[str], forwarded: list[str], he
                health_file: Optional[Path], health_port: Optional[int], health_host: str, shutdown_timeout: float) -> int:  # fmt: skip
     from agl_stream_processors.supervisor import ProcessSupervisor
 
-    state_dir = (health_file.parent if health_file is not None else settings.data_dir) / "processors.d"
+    # one folder per service for its apps' health files: two services side by side (replicas) must not share one
+    state_dir = health_file.with_name(f"{health_file.name}.d") if health_file is not None else settings.data_dir / "processors.d"
     supervisor = ProcessSupervisor(selected, forwarded, state_dir=state_dir, health_interval=health_interval,
                                    health_file=health_file, shutdown_timeout=shutdown_timeout)  # fmt: skip
 

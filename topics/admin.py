@@ -17,7 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from agl_stream.config import Settings
-from agl_stream.kafka import connection_options, start_with_retry
+from agl_stream.kafka import connection_options, retrying_while_unreachable, start_with_retry
 from agl_stream_topics.catalog import CATALOG, TopicSpec
 
 logger = logging.getLogger(__name__)
@@ -93,11 +93,21 @@ async def ensure_topics(
     specs: Sequence[TopicSpec] = CATALOG,
     *,
     strict: bool = False,
+    timeout: float = 120.0,
 ) -> TopicsReport:
     """Create missing topics with their partitions and config; report mismatches of existing ones.
 
-    With ``strict`` a mismatch raises :class:`TopicMismatchError`.
+    With ``strict`` a mismatch raises :class:`TopicMismatchError`. A cluster that is briefly unreachable (a node
+    restarting, a partition) is retried for up to ``timeout`` seconds: a service starting meanwhile waits.
     """
+    async for attempt in retrying_while_unreachable("topics", timeout):
+        with attempt:
+            return await _ensure_topics_once(settings, bootstrap, specs, strict)
+    raise AssertionError("unreachable: the retry re-raises")
+
+
+async def _ensure_topics_once(settings: Settings, bootstrap: Optional[str], specs: Sequence[TopicSpec],
+                              strict: bool) -> TopicsReport:  # fmt: skip
     admin = await _admin(settings, bootstrap)
     try:
         names = [s.name(settings) for s in specs]

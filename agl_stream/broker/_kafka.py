@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Coroutine, Mapping, Optional, TypeVar
+from typing import Any, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
 from agl_stream.broker._install import KAFKA_VERSION, KafkaInstall, kafka_install, package_file
@@ -84,6 +84,7 @@ class KafkaNode:
     data_dir: Path
     log_file: Path
     advertised: Optional[str] = None
+    controller_advertised: Optional[str] = None  # host:port the other nodes reach its controller listener at
     proc: Optional["subprocess.Popen[bytes]"] = field(default=None, repr=False)
 
     @property
@@ -126,19 +127,26 @@ class KafkaBroker:
         brokers: int = 1,
         data_dir: Optional[Path] = None,
         log_file: Optional[Path] = None,
-        advertised: Optional[str] = None,
+        advertised: Optional[Union[str, Sequence[str]]] = None,
+        controller_advertised: Optional[Sequence[str]] = None,
         heap_mb: int = DEFAULT_HEAP_MB,
         home: Optional[Path] = None,
         config: Optional[Mapping[str, str]] = None,
     ) -> None:
         """``port`` is the first node's client port (default: free ones for every node). ``advertised``
-        (host:port, one node only) is the address clients are told to use, e.g. a test's TCP proxy.
+        (host:port, or one per node) is the address clients and the other nodes are told to use, e.g. a
+        test's TCP proxy; ``controller_advertised`` (one per node) is where the other nodes reach each
+        node's controller listener (the KRaft voters), so a test can cut controller traffic too.
         ``data_dir`` keeps the nodes' logs and metadata across starts (default: a temporary folder
         removed by :meth:`stop`). ``config`` adds or overrides server properties of every node."""
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
-        if advertised and brokers != 1:
-            raise ValueError("advertised is for a single-node broker")
+        per_node = [advertised] * brokers if advertised is None or isinstance(advertised, str) else list(advertised)
+        if advertised is not None and isinstance(advertised, str) and brokers != 1:
+            raise ValueError("one advertised address is for a single-node broker; give one per node")
+        controllers = list(controller_advertised) if controller_advertised is not None else [None] * brokers
+        if len(per_node) != brokers or len(controllers) != brokers:
+            raise ValueError(f"advertised addresses: one per node ({brokers})")
         if not 64 <= heap_mb <= 512:
             raise ValueError("heap_mb must be within 64..512 (the local broker's heap cap)")
         self.host = host
@@ -157,7 +165,7 @@ class KafkaBroker:
                 KafkaNode(
                     node_id=node_id, host=host, port=(port if index == 0 and port else free_port(host)),
                     controller_port=free_port(host), data_dir=self.data_dir / f"node-{node_id}",
-                    log_file=node_log, advertised=advertised,
+                    log_file=node_log, advertised=per_node[index], controller_advertised=controllers[index],
                 )  # fmt: skip
             )
         self._install: Optional[KafkaInstall] = None
@@ -202,7 +210,7 @@ class KafkaBroker:
         n = len(self.nodes)
         replicas = str(min(3, n))
         min_isr = "1" if n == 1 else "2"
-        voters = ",".join(f"{m.node_id}@{m.host}:{m.controller_port}" for m in self.nodes)
+        voters = ",".join(f"{m.node_id}@{m.controller_advertised or f'{m.host}:{m.controller_port}'}" for m in self.nodes)
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
@@ -372,12 +380,14 @@ class KafkaBroker:
             node.proc.kill()
         self._reap(node, STOP_TIMEOUT)
 
-    def start_node(self, node_id: int, timeout: float = 90.0) -> None:
-        """Start a stopped node again (same ports, same data) and wait until the cluster lists it."""
+    def start_node(self, node_id: int, timeout: float = 90.0, *, wait: bool = True) -> None:
+        """Start a stopped node again (same ports, same data) and wait until the cluster lists it (unless
+        ``wait`` is False: a fault injector restarts a node while another may be paused or cut off)."""
         node = self.node(node_id)
         if not node.running:
             self._launch(node)
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
 
     def restart(self, timeout: float = 90.0) -> None:
         """Stop every node and start them again: the data, ports and cluster id stay."""

@@ -5,6 +5,7 @@ from agl_stream.kafka._flavour import is_tansu
 from agl_stream.kafka._offsets import OffsetTracker
 from agl_stream.kafka._options import LOW_LATENCY_FETCH_WAIT_MS, connection_options
 from agl_stream.kafka._producer import KafkaUnavailable, RecordProducer, is_retriable, start_with_retry
+from agl_stream.kafka._retry import retrying_while_unreachable
 
 __all__ = [
     "LOW_LATENCY_FETCH_WAIT_MS",
@@ -18,5 +19,6 @@ __all__ = [
     "is_retriable",
     "is_tansu",
     "read_to_fetched_end",
+    "retrying_while_unreachable",
     "start_with_retry",
 ]

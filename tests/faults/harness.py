@@ -31,7 +31,7 @@ from agl_stream.client import StoreClient
 from agl_stream.client.sql_ids import in_lists
 from agl_stream.config import Settings
 from agl_stream.execution.local_stack import LocalStack
-from agl_stream.service import ServiceProcess
+from agl_stream.service import ServiceProcess, agl_command
 from agl_stream.types import RolloutConfig
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, TASK_NAME_KEY, make_tasks, plan
 from tests.agl_stream.runner.tcp_proxy import TcpProxy
@@ -42,10 +42,18 @@ AGENT = "tests.benchmarks.workload_agent:workload_agent"
 
 class Pipeline:
     def __init__(self, data_dir: Path, *, partitions: int = 2, session_timeout_ms: int = 6000,
-                 processor_args: Sequence[str] = (), brokers: int = 1, kind: Optional[BrokerKind] = None) -> None:  # fmt: skip
-        """``kind``: the broker (default: the local choice, ``AGL_LOCAL_BROKER``); ``brokers`` > 1 is a Kafka cluster."""
+                 processor_args: Sequence[str] = (), brokers: int = 1, kind: Optional[BrokerKind] = None,
+                 node_proxies: bool = False, processors_replicas: int = 1) -> None:  # fmt: skip
+        """``kind``: the broker (default: the local choice, ``AGL_LOCAL_BROKER``); ``brokers`` > 1 is a Kafka cluster,
+        with ``node_proxies`` a proxy in front of each node's client and controller listeners (every client and
+        every node reaches a node through them). ``processors_replicas`` 2 adds a second processors service with
+        the state machine and the triplet processor (the sinks own the embedded ClickHouse: one writer)."""
         self.data_dir = data_dir
         self.brokers = brokers
+        self.node_proxies = node_proxies
+        self.processors_replicas = processors_replicas
+        self.proxies: dict[int, list[TcpProxy]] = {}  # node id -> its client and controller proxies
+        self.replicas: list[ServiceProcess] = []  # processors services beyond the stack's own
         self.kind = kind
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -60,7 +68,18 @@ class Pipeline:
         log_dir = self.data_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         if self.brokers > 1:  # a cluster: clients know every node; faults are node kills and restarts
-            self.broker = KafkaBroker(brokers=self.brokers, log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker")
+            client_ports = [free_port() for _ in range(self.brokers)] if self.node_proxies else []
+            controller_ports = [free_port() for _ in range(self.brokers)] if self.node_proxies else []
+            self.broker = KafkaBroker(
+                brokers=self.brokers, log_file=log_dir / "broker.log", data_dir=self.data_dir / "broker",
+                advertised=[f"127.0.0.1:{p}" for p in client_ports] or None,
+                controller_advertised=[f"127.0.0.1:{p}" for p in controller_ports] or None,
+            )  # fmt: skip
+            for node, client, controller in zip(self.broker.nodes, client_ports, controller_ports):
+                self.proxies[node.node_id] = [TcpProxy(client, node.host, node.port),
+                                              TcpProxy(controller, node.host, node.controller_port)]  # fmt: skip
+                for proxy in self.proxies[node.node_id]:
+                    await proxy.start()
             await asyncio.to_thread(self.broker.start)
             bootstrap, replication = self.broker.bootstrap, min(3, self.brokers)
         else:
@@ -79,7 +98,27 @@ class Pipeline:
         )  # fmt: skip
         self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
         self.settings = await self.stack.start()
+        for index in range(1, self.processors_replicas):
+            self.replicas.append(self._replica(index))
         return self
+
+    def _replica(self, index: int) -> ServiceProcess:
+        """Another processors service: the state machine and the triplet processor join their groups."""
+        assert self.stack is not None
+        name = f"processors-{index}"
+        health = self.data_dir / "logs" / f"{name}.health.json"
+        env = {**self.stack.env(), "AGL_DATA_DIR": str(self.data_dir / name)}
+        replica = ServiceProcess(
+            name, agl_command("processors", "state-machine", "triplets", "--no-sql-door", "--health-file", str(health),
+                              "--health-interval", "2", *self.processor_args),
+            env=env, log_path=self.data_dir / "logs" / f"{name}.log",
+        )  # fmt: skip
+        replica.start()
+        return replica
+
+    @property
+    def all_proxies(self) -> list[TcpProxy]:
+        return [self.proxy] if self.proxy is not None else [p for pair in self.proxies.values() for p in pair]
 
     # ---------------------------------------------------------------- services
 
@@ -102,15 +141,20 @@ class Pipeline:
         self.runners.append(runner)
         return runner
 
-    def restart_processors(self) -> None:
-        self.health_file.unlink(missing_ok=True)
-        self.processors.start()
+    def restart_processors(self, name: str = "processors") -> None:
+        if name == "processors":
+            self.health_file.unlink(missing_ok=True)
+            self.processors.start()
+        else:
+            next(r for r in self.replicas if r.name == name).start()
 
     def stop_runners(self) -> None:
         for runner in self.runners:
             runner.stop()
 
     def stop_processors(self) -> None:
+        for replica in self.replicas:
+            replica.stop(timeout=60)
         self.processors.stop(timeout=60)
 
     @property
@@ -121,10 +165,12 @@ class Pipeline:
         return self.broker
 
     async def stop(self) -> None:
+        for replica in self.replicas:
+            await asyncio.to_thread(replica.stop)
         if self.stack is not None:
             await asyncio.to_thread(self.stack.stop)
-        if self.proxy is not None:
-            await self.proxy.stop()
+        for proxy in self.all_proxies:
+            await proxy.stop()
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
 
@@ -136,13 +182,25 @@ class Pipeline:
         except (OSError, ValueError):
             return {}
 
-    async def wait_drained(self, timeout: float = 120.0, quiet: int = 2) -> dict[str, Any]:
-        """Wait until the processors report nothing pending or buffered and their counts stopped
-        moving for ``quiet`` consecutive health reports (every 2 s): the sinks caught up."""
+    def replica_health(self) -> list[dict[str, Any]]:
+        """The health reports of the processors replicas beyond the first (state machine and triplets only)."""
+        out = []
+        for replica in self.replicas:
+            try:
+                out.append(json.loads((self.data_dir / "logs" / f"{replica.name}.health.json").read_text()))
+            except (OSError, ValueError):
+                out.append({})
+        return out
+
+    async def wait_drained(self, timeout: float = 120.0, quiet: int = 2, *, check_alive: bool = True) -> dict[str, Any]:
+        """Wait until the processors (every replica) report nothing pending or buffered and their counts
+        stopped moving for ``quiet`` consecutive health reports (every 2 s): the sinks caught up. A service
+        that exited fails the wait, unless ``check_alive`` is False (something else restarts it)."""
         deadline = time.monotonic() + timeout
         last, stable, mtime = None, 0, 0.0
         while time.monotonic() < deadline:
-            self.processors.check()
+            for service in [self.processors, *self.replicas] if check_alive else ():
+                service.check()
             try:
                 current_mtime = self.health_file.stat().st_mtime
             except OSError:
@@ -153,16 +211,15 @@ class Pipeline:
                 apps = report.get("apps", {})
                 # the workers sink sees a heartbeat every second whatever the load: not a sign of backlog
                 sinks = {k: v for k, v in apps.get("sinks", {}).items() if isinstance(v, dict) and k != "workers"}
-                triplets = apps.get("triplets", {})
+                every_triplets = [apps.get("triplets", {})] + [r.get("apps", {}).get("triplets", {}) for r in self.replica_health()]
                 counts = (
                     tuple(sorted((k, v.get("records"), v.get("rows")) for k, v in sinks.items())),
-                    triplets.get("trajectories"),
-                    triplets.get("spans"),
+                    tuple((t.get("trajectories"), t.get("spans")) for t in every_triplets),
                 )
                 # an attempt adapted but waiting for the state machine's decision holds its trajectory unwritten
                 idle = (all(v.get("pending", 0) == 0 for v in sinks.values()) and sinks
-                        and triplets.get("in_flight", 0) == 0 and triplets.get("buffered_spans", 0) == 0
-                        and triplets.get("awaiting_decision", 0) == 0)  # fmt: skip
+                        and all(t.get("in_flight", 0) == 0 and t.get("buffered_spans", 0) == 0
+                                and t.get("awaiting_decision", 0) == 0 for t in every_triplets))  # fmt: skip
                 stable = stable + 1 if (idle and counts == last) else 0
                 last = counts
                 if stable >= quiet:

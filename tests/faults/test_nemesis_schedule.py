@@ -12,7 +12,8 @@ from tests.faults.nemesis.run import targets_for
 from tests.faults.nemesis.schedule import HOLD_RANGE, Fault, Target, format_schedule, make_schedule, overlapping
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = targets_for(["runners-0", "runners-1"], proxy=True, broker_nodes=[])
+#: the command's default topology: two processors replicas, two runner hosts, three brokers each behind its proxies
+TARGETS = targets_for(["processors", "processors-1", "runners-0", "runners-1"], links="nodes", broker_nodes=[1, 2, 3])
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -42,11 +43,14 @@ def test_a_target_takes_one_fault_at_a_time_and_only_kinds_it_allows() -> None:
 
 
 def test_broker_faults_only_where_the_broker_replicates() -> None:
-    one_node = {t.name for t in targets_for(["runners-0"], proxy=True, broker_nodes=[1])}
+    one_node = {t.name: t.kinds for t in targets_for(["runners-0"], links="single", broker_nodes=[1])}
     assert not any(name.startswith("broker-") and name != "broker-link" for name in one_node)
-    cluster = targets_for(["runners-0"], proxy=False, broker_nodes=[1, 2, 3])
-    assert {t.name for t in cluster} >= {"broker-1", "broker-2", "broker-3"}
-    assert all("partition" not in t.kinds for t in cluster)  # no proxy in front of a cluster yet
+    assert one_node["broker-link"] == ("partition",)  # clients cut from the one node, which keeps its data
+    cluster = {t.name: t.kinds for t in targets_for(["runners-0"], links="nodes", broker_nodes=[1, 2, 3])}
+    assert all(cluster[f"broker-{n}"] == ("kill", "pause", "partition") for n in (1, 2, 3))
+    assert "broker-link" not in cluster
+    bare = targets_for(["runners-0"], links="none", broker_nodes=[1, 2, 3])
+    assert all("partition" not in t.kinds for t in bare)  # no proxies: no partitions
 
 
 def test_overlap_counts_faults_in_effect_together() -> None:
@@ -66,4 +70,5 @@ def test_the_command_prints_the_schedule_a_seed_replays() -> None:
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     # the run prints the same schedule before it starts (same targets, same seed)
     assert out.strip() == format_schedule(11, make_schedule(11, 600, 30, TARGETS, quiet_tail=15.0))
-    assert Target("processors", ("kill", "pause", "partition")) in TARGETS
+    assert Target("processors-1", ("kill", "pause", "partition")) in TARGETS
+    assert Target("broker-2", ("kill", "pause", "partition")) in TARGETS

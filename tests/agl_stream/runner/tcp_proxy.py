@@ -3,7 +3,7 @@
 * :meth:`TcpProxy.cut` / :meth:`TcpProxy.restore`: the broker "disappears" for every client (the
   listener closes and every connection is reset), which is what clients see of a broker restart.
 * :meth:`TcpProxy.partition` / :meth:`TcpProxy.heal`: a network partition between the given client
-  processes and the broker. Their connections stay open but nothing is forwarded either way
+  processes (or, with ``isolate=True``, every client) and the broker. Their connections stay open but nothing is forwarded either way
   (requests and responses wait in the socket buffers, as packets would be dropped and
   retransmitted), and their new connections are accepted but go nowhere. Healing resumes
   forwarding, so whatever the clients still want delivered arrives late, as after a real partition.
@@ -41,6 +41,7 @@ class TcpProxy:
         self._connections: set[_Connection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
         self._partitioned: set[int] = set()  # pids cut off from the broker
+        self._isolated = False  # every client cut off (the broker behind this proxy is isolated)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.listen_port, reuse_address=True)
@@ -66,22 +67,23 @@ class TcpProxy:
 
     # ---------------------------------------------------------------- partition
 
-    def partition(self, pids: Iterable[int]) -> int:
-        """Cut the processes ``pids`` (and their children) off the broker; returns the connections frozen."""
-        self._partitioned = set(pids)
-        ports = self._client_ports()
+    def partition(self, pids: Iterable[int], *, isolate: bool = False) -> int:
+        """Cut the processes ``pids`` (and their children), or every client with ``isolate``, off the broker;
+        whatever was cut before and is not named now forwards again. Returns the connections frozen."""
+        self._partitioned, self._isolated = set(pids), isolate
+        ports = self._client_ports() if self._partitioned and not isolate else set()
         frozen = 0
         for conn in self._connections:
-            if conn.client_port in ports:
+            if isolate or conn.client_port in ports:
                 conn.gate.clear()
                 frozen += 1
+            else:
+                conn.gate.set()
         return frozen
 
     def heal(self) -> None:
         """Forward everything again, including what waited during the partition."""
-        self._partitioned = set()
-        for conn in self._connections:
-            conn.gate.set()
+        self.partition(())
 
     def _client_ports(self) -> set[int]:
         """Local ports of the partitioned processes' sockets connected to this proxy."""
@@ -114,7 +116,7 @@ class TcpProxy:
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         conn = _Connection(client_writer)
-        if not self._partitioned or conn.client_port not in self._client_ports():
+        if not self._isolated and (not self._partitioned or conn.client_port not in self._client_ports()):
             conn.gate.set()
         self._connections.add(conn)
         try:

@@ -51,14 +51,15 @@ class Applied:
         self.faults.append({**to_json([fault])[0], "applied_s": round(applied, 2), "undone_s": round(undone, 2), "note": note})
 
 
-def targets_for(runners: list[str], *, proxy: bool, broker_nodes: list[int]) -> list[Target]:
-    """What the faults can hit: partitions need the proxy (one node), broker faults a cluster that replicates."""
-    cut = ("partition",) if proxy else ()
-    out = [Target(name, ("kill", "pause", *cut)) for name in ["processors", *runners]]
-    if proxy:
+def targets_for(processes: list[str], *, links: str, broker_nodes: list[int]) -> list[Target]:
+    """What the faults can hit. ``links``: ``single`` (one node behind one proxy), ``nodes`` (a cluster with a
+    proxy per node listener) or ``none`` (a cluster, no proxies: no partitions). Broker faults need a cluster."""
+    cut = ("partition",) if links != "none" else ()
+    out = [Target(name, ("kill", "pause", *cut)) for name in processes]
+    if links == "single":
         out.append(Target("broker-link", ("partition",)))
     if len(broker_nodes) > 1:
-        out += [Target(f"broker-{n}", ("kill", "pause")) for n in broker_nodes]
+        out += [Target(f"broker-{n}", ("kill", "pause", *cut)) for n in broker_nodes]
     return out
 
 
@@ -67,59 +68,108 @@ class Executor:
 
     def __init__(self, pipe: Pipeline) -> None:
         self.pipe = pipe
-        self.partitioned: dict[str, int] = {}  # target -> pid cut off through the proxy
+        self.partitioned: dict[str, int] = {}  # service -> pid cut off from every broker node
+        self.isolated: set[int] = set()  # broker nodes cut off from everyone (clients and the other nodes)
+        self.killed: set[str] = set()  # services down by a kill fault, until its restart
+        self.crashes: list[dict[str, Any]] = []  # services that exited on their own, restarted as a supervisor would
+
+    def services(self) -> list[ServiceProcess]:
+        return [self.pipe.processors, *self.pipe.replicas, *self.pipe.runners]
+
+    async def restart_crashed(self, t0: float, interval: float = 1.0) -> None:
+        """A supervisor's job (Kubernetes restarts a pod whose process exited): every service that exited on its
+        own is restarted and counted. Crashes are findings, reported beside the audit, never hidden."""
+        while True:
+            await asyncio.sleep(interval)
+            for service in self.services():
+                if service.name in self.killed or service.alive or service.returncode is None:
+                    continue
+                at = round(time.monotonic() - t0, 1)
+                self.crashes.append({"at_s": at, "service": service.name, "exit_code": service.returncode,
+                                     "last_lines": service.tail(8)})  # fmt: skip
+                print(f"  crashed at {at:6.1f} s: {service.name} exited with code {service.returncode}; restarted",
+                      flush=True)  # fmt: skip
+                if service.name.startswith("processors"):
+                    self.pipe.restart_processors(service.name)
+                else:
+                    service.start()
+
+    @property
+    def links(self) -> str:
+        return "single" if self.pipe.proxy is not None else "nodes" if self.pipe.proxies else "none"
 
     def targets(self) -> list[Target]:
         pipe = self.pipe
         nodes = [n.node_id for n in pipe.broker.nodes] if isinstance(pipe.broker, KafkaBroker) else []
-        return targets_for([r.name for r in pipe.runners], proxy=pipe.proxy is not None, broker_nodes=nodes)
+        processes = ["processors", *(r.name for r in pipe.replicas), *(r.name for r in pipe.runners)]
+        return targets_for(processes, links=self.links, broker_nodes=nodes)
 
     def _service(self, name: str) -> ServiceProcess:
         if name == "processors":
             return self.pipe.processors
-        return next(r for r in self.pipe.runners if r.name == name)
+        return next(s for s in [*self.pipe.replicas, *self.pipe.runners] if s.name == name)
+
+    def _cut_links(self) -> int:
+        """Set every proxy to the partitions in effect; returns the connections frozen."""
+        pids = set(self.partitioned.values())
+        if self.pipe.proxy is not None:
+            return self.pipe.proxy.partition(pids)
+        broker = self.pipe.broker
+        assert isinstance(broker, KafkaBroker)
+        isolated_pids = {pid for n in self.isolated if (pid := broker.node(n).pid) is not None}
+        frozen = 0
+        for node_id, proxies in self.pipe.proxies.items():
+            for proxy in proxies:
+                frozen += proxy.partition(pids | isolated_pids, isolate=node_id in self.isolated)
+        return frozen
 
     async def apply(self, fault: Fault) -> str:
-        if fault.target.startswith("broker-") and fault.target != "broker-link":
-            return await self._broker_node(fault, undo=False)
         if fault.target == "broker-link":
             assert self.pipe.proxy is not None
             await self.pipe.proxy.cut()
             return "every client cut off"
+        if fault.target.startswith("broker-"):
+            node_id = int(fault.target.split("-", 1)[1])
+            if fault.kind == "partition":
+                self.isolated.add(node_id)
+                return f"{self._cut_links()} connections frozen"
+            return await self._broker_node(fault, undo=False)
         service = self._service(fault.target)
         if fault.kind == "kill":
+            self.killed.add(fault.target)
             await asyncio.to_thread(service.kill)
             return ""
         if fault.kind == "pause":
             service.pause()
             return ""
-        assert self.pipe.proxy is not None and service.pid is not None
+        assert service.pid is not None
         self.partitioned[fault.target] = service.pid
-        frozen = self.pipe.proxy.partition(self.partitioned.values())
-        return f"{frozen} connections frozen"
+        return f"{self._cut_links()} connections frozen"
 
     async def undo(self, fault: Fault) -> str:
-        if fault.target.startswith("broker-") and fault.target != "broker-link":
-            return await self._broker_node(fault, undo=True)
         if fault.target == "broker-link":
             assert self.pipe.proxy is not None
             await self.pipe.proxy.restore()
             return ""
+        if fault.target.startswith("broker-"):
+            if fault.kind == "partition":
+                self.isolated.discard(int(fault.target.split("-", 1)[1]))
+                self._cut_links()
+                return ""
+            return await self._broker_node(fault, undo=True)
         service = self._service(fault.target)
         if fault.kind == "kill":
-            if fault.target == "processors":
-                self.pipe.restart_processors()
+            if fault.target.startswith("processors"):
+                self.pipe.restart_processors(fault.target)
             else:
                 service.start()
+            self.killed.discard(fault.target)
             return "restarted"
         if fault.kind == "pause":
             service.resume()
             return ""
-        assert self.pipe.proxy is not None
         self.partitioned.pop(fault.target, None)
-        self.pipe.proxy.heal()
-        if self.partitioned:
-            self.pipe.proxy.partition(self.partitioned.values())
+        self._cut_links()
         return ""
 
     async def _broker_node(self, fault: Fault, *, undo: bool) -> str:
@@ -127,8 +177,8 @@ class Executor:
         assert isinstance(broker, KafkaBroker)
         node = broker.node(int(fault.target.split("-", 1)[1]))
         if fault.kind == "kill":
-            if undo:
-                await asyncio.to_thread(broker.start_node, node.node_id)
+            if undo:  # no wait for the cluster to list it: another node may be paused or cut off meanwhile
+                await asyncio.to_thread(broker.start_node, node.node_id, wait=False)
                 return "restarted"
             await asyncio.to_thread(broker.kill_node, node.node_id)
             return ""
@@ -172,7 +222,8 @@ async def sample_throughput(store: StoreClient, enq: Enqueued, t0: float, out: l
 
 
 async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    pipe = await Pipeline(data_dir / "agl", partitions=4, brokers=args.brokers, processor_args=PROCESSOR_ARGS).start()
+    pipe = await Pipeline(data_dir / "agl", partitions=4, brokers=args.brokers, processor_args=PROCESSOR_ARGS,
+                          node_proxies=args.brokers > 1, processors_replicas=args.processors_replicas).start()  # fmt: skip
     applied, timeline = Applied(), []
     try:
         for i in range(args.runner_hosts):
@@ -185,21 +236,24 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         async with StoreClient(pipe.settings) as store:
             t0 = time.monotonic()
             sampler = asyncio.create_task(sample_throughput(store, enq, t0, timeline))
+            supervisor = asyncio.create_task(executor.restart_crashed(t0))
             tasks = make_tasks(args.rollouts, seed=args.seed, sleep=0.02, prefix=f"nemesis{args.seed}")
             await asyncio.gather(feed(store, tasks, enq, spread=max(1.0, args.duration - 20.0)),
                                  run_schedule(executor, faults, t0, applied))  # fmt: skip
             done = await store.wait_for_rollouts(rollout_ids=list(enq.tasks), timeout=args.timeout)
             sampler.cancel()
+            await pipe.wait_drained(timeout=180, check_alive=False)  # the supervisor task restarts what exits
+            supervisor.cancel()
         not_terminal = len(enq.tasks) - len(done)
-        await pipe.wait_drained(timeout=180)
         await asyncio.to_thread(pipe.stop_runners)
         await asyncio.to_thread(pipe.stop_processors)
         result = audit(pipe.settings.effective_clickhouse_dsn, enq)
     finally:
         await pipe.stop()
     return {"seed": args.seed, "duration": args.duration, "rollouts": args.rollouts, "every": args.every,
-            "brokers": args.brokers, "runner_hosts": args.runner_hosts, "schedule": to_json(faults),
-            "applied": applied.faults, "not_terminal": not_terminal, "audit": result.__dict__,
+            "brokers": args.brokers, "runner_hosts": args.runner_hosts,
+            "processors_replicas": args.processors_replicas, "schedule": to_json(faults),
+            "applied": applied.faults, "crashes": executor.crashes, "not_terminal": not_terminal, "audit": result.__dict__,
             "clean": clean(result) and not_terminal == 0, "timeline": timeline}  # fmt: skip
 
 
@@ -214,7 +268,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of workload under faults")
     parser.add_argument("--rollouts", type=int, default=2000, help="rollouts enqueued, spread over the duration")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between faults, on average")
-    parser.add_argument("--brokers", type=int, default=1, help="1: one node behind a proxy; 3: a Kafka cluster")
+    parser.add_argument("--brokers", type=int, default=3,
+                        help="3: a Kafka cluster, each node's listeners behind a proxy; 1: one node behind a proxy")
+    parser.add_argument("--processors-replicas", type=int, default=2,
+                        help="processors services: the first runs every app, the others the state machine and triplets")
     parser.add_argument("--runner-hosts", type=int, default=2, help="runner services (hosts)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every rollout after the run")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule for these targets and exit")
@@ -227,7 +284,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.schedule_only:
-        targets = targets_for([f"runners-{i}" for i in range(args.runner_hosts)], proxy=args.brokers == 1,
+        processes = ["processors", *(f"processors-{i}" for i in range(1, args.processors_replicas)),
+                     *(f"runners-{i}" for i in range(args.runner_hosts))]
+        targets = targets_for(processes, links="single" if args.brokers == 1 else "nodes",
                               broker_nodes=list(range(1, args.brokers + 1)))  # fmt: skip
         print(format_schedule(args.seed, make_schedule(args.seed, args.duration, args.every, targets, quiet_tail=15.0)))
         return 0
@@ -247,7 +306,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = result["audit"]
     print(f"nemesis seed {args.seed}: enqueued {a['enqueued']}, succeeded {a['succeeded']}, failed {a['failed']}, "
           f"lost {a['lost']}, duplicated {a['duplicates']}, not terminal {result['not_terminal']}, "
-          f"{len(result['applied'])} faults -> {'clean' if result['clean'] else 'NOT CLEAN'}")  # fmt: skip
+          f"{len(result['applied'])} faults, {len(result['crashes'])} crashes restarted "
+          f"-> {'clean' if result['clean'] else 'NOT CLEAN'}")  # fmt: skip
     for problem in a["problems"][:20]:
         print("  problem:", problem)
     return 0 if result["clean"] else 1
