@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agl_stream.broker._kafka import STOP_TIMEOUT as BROKER_STOP_TIMEOUT
+from agl_stream.broker import choose_local_broker
+from agl_stream.broker._kafka import STOP_TIMEOUT as BROKER_STOP_TIMEOUT, remove_orphaned_data_dirs
 from agl_stream.runner.cli import runner_stop_timeout
 from agl_stream.service import KILL_MARGIN_S, STOP_GRACE_S, stop_bound
 from agl_stream_ingest.stopping import stop_timeout as front_door_stop_timeout
@@ -107,6 +108,40 @@ def test_every_process_a_sigkilled_starter_started_is_gone_within_its_bound(brok
         starter.wait(10)
         report = gone_within_bounds([p for p in started["tree"] if broker == "alive" or p["pid"] != started["broker"]])
         print(f"broker {broker}: seconds until gone, per kind: {json.dumps(report)}")
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+
+
+CLUSTER_STARTER = """
+import json, sys
+from agl_stream.broker import KafkaBroker
+broker = KafkaBroker(brokers=3).start()
+print(json.dumps({"pids": broker.pids, "data_dir": str(broker.data_dir)}), flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_cluster_whose_starter_is_sigkilled_is_gone_and_its_folder_swept_at_the_next_start() -> None:
+    """All three nodes lose their starter at once, one of them paused (SIGSTOP, as the nemesis does): a stopped
+    process never handles a SIGTERM, and the others' controlled shutdowns wait for a quorum. None may wait."""
+    if choose_local_broker() != "kafka":
+        pytest.skip("Apache Kafka cannot run here (no java): a cluster needs it")
+    starter = subprocess.Popen([sys.executable, "-c", CLUSTER_STARTER], cwd=ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = starter.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"the cluster did not start (exit {starter.wait()})"
+        started = json.loads(line)
+        assert len(started["pids"]) == 3
+        os.kill(started["pids"][2], signal.SIGSTOP)
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(10)
+        report = gone_within_bounds([{"pid": pid, "cmdline": "kafka.Kafka"} for pid in started["pids"]])
+        print(f"three-node cluster: seconds until gone: {report['broker']}")
+        folder = Path(started["data_dir"])
+        assert folder.exists()  # nothing could remove it: its owner was SIGKILLed
+        assert folder in remove_orphaned_data_dirs() and not folder.exists()
     finally:
         if starter.poll() is None:
             starter.kill()
