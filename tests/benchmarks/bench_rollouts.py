@@ -58,7 +58,8 @@ from agl_stream.service import ServiceProcess  # noqa: E402
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks, plan  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 from tests.benchmarks.soak_report import Sample, checkpoints, held_sizes, judge, markdown_table, plot  # noqa: E402
-from tests.faults.harness import AGENT, Enqueued, audit  # noqa: E402
+from tests.faults.audit import Enqueued, audit  # noqa: E402
+from tests.faults.harness import AGENT  # noqa: E402
 
 logger = logging.getLogger("bench_rollouts")
 

@@ -37,7 +37,8 @@ from agl_stream.config import Settings  # noqa: E402
 from agl_stream.execution.local_stack import LocalStack  # noqa: E402
 from tests.benchmarks.bench_rollouts import wait_runners_started, wait_sinks_caught_up  # noqa: E402
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks, plan  # noqa: E402
-from tests.faults.harness import AGENT, Enqueued, audit  # noqa: E402
+from tests.faults.audit import Enqueued, audit  # noqa: E402
+from tests.faults.harness import AGENT  # noqa: E402
 
 
 async def one_stack(args: argparse.Namespace, partitions: int, data_dir: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,8 @@ from typing import Callable
 import pytest
 
 from agl_stream.client import StoreClient
-from tests.faults.harness import Audit, Enqueued, Pipeline
+from tests.faults.audit import Audit, Enqueued
+from tests.faults.harness import Pipeline
 
 
 def reduced_or_full(reduced: int, full: int) -> list[object]:

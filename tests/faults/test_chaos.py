@@ -30,7 +30,8 @@ import pytest
 from agl_stream.broker import KafkaBroker
 from agl_stream.client import StoreClient
 from agl_stream.types import RolloutConfig
-from tests.faults.harness import Audit, Enqueued, Pipeline, audit, enqueue, make_tasks
+from tests.faults.audit import Audit, Enqueued, audit
+from tests.faults.harness import Pipeline, enqueue, make_tasks
 from tests.faults.report import report
 from tests.faults.scenario import assert_exactly_once, count, reduced_or_full, until
 

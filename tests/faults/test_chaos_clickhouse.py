@@ -40,13 +40,11 @@ import pytest
 
 from agl_stream.client import StoreClient
 from agl_stream_processors.clickhouse.failpoint import ENV as FAILPOINT_ENV
+from tests.faults.audit import Audit, Enqueued, audit
 from tests.faults.harness import (
-    Audit,
-    Enqueued,
     KafkaOffsets,
     Pipeline,
     ProcessorEnvPipeline,
-    audit,
     clear_clickhouse_failpoint,
     clickhouse_failpoint,
     enqueue,

@@ -22,7 +22,8 @@ import pytest
 from agl_stream.broker import KafkaBroker, choose_local_broker
 from agl_stream.client import StoreClient
 from agl_stream.config import Settings
-from tests.faults.harness import Enqueued, Pipeline
+from tests.faults.audit import Enqueued
+from tests.faults.harness import Pipeline
 from tests.faults.scenario import assert_exactly_once, count, reduced_or_full, until
 from tests.faults.test_chaos import Fault, run_scenario
 

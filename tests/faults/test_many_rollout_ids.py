@@ -18,7 +18,7 @@ from agl_stream.types import Trajectory
 from agl_stream_processors.clickhouse import ClickHouse
 from tests.benchmarks.bench_rollouts import latency_rows
 from tests.benchmarks.workload_agent import TASK_NAME_KEY, make_tasks, plan
-from tests.faults.harness import Enqueued, audit
+from tests.faults.audit import Enqueued, audit
 from tests.processors.clickhouse.store import (  # noqa: F401  (ch, store_dsn: fixtures)
     ch,
     insert_records,

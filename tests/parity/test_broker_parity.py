@@ -23,7 +23,8 @@ from agl_stream.broker import BrokerKind, choose_local_broker, local_broker
 from agl_stream.kafka import RecordConsumer, RecordProducer, is_tansu
 from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_topics.admin import ensure_topics
-from tests.faults.harness import Pipeline, audit, enqueue, make_tasks
+from tests.faults.audit import audit
+from tests.faults.harness import Pipeline, enqueue, make_tasks
 from tests.faults.report import report
 from tests.faults.scenario import assert_exactly_once
 

@@ -32,7 +32,8 @@ from agl_stream.broker import KafkaBroker
 from agl_stream.client import StoreClient
 from agl_stream.service import ServiceProcess
 from agl_stream.types import RolloutConfig
-from tests.faults.harness import Audit, Enqueued, Pipeline, audit, make_tasks
+from tests.faults.audit import Audit, Enqueued, audit
+from tests.faults.harness import Pipeline, make_tasks
 from tests.faults.nemesis.schedule import Fault, Target, format_schedule, make_schedule, to_json
 
 #: a silent attempt (its runner killed, paused or cut off) is retried after 5 s; ten tries before a rollout fails
