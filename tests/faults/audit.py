@@ -163,3 +163,49 @@ def audit(store: Any, enqueued: Enqueued, *, expect_failed: Sequence[str] = ()) 
     )  # fmt: skip
 
 
+
+
+# ---------------------------------------------------------------- the learner's history
+
+
+@dataclass
+class LearnerAudit:
+    """The learner's surviving history: what its checkpoints kept across restarts."""
+
+    surviving: list[Any]  # the steps, in order
+    steps: list[int]
+    policy_versions: list[int]
+    trained: dict[str, int]  # rollout id -> times trained in the surviving history
+    problems: list[str]
+
+    @property
+    def duplicates(self) -> int:
+        return sum(n - 1 for n in self.trained.values())
+
+
+def audit_learner(runs: Sequence[tuple[int, Sequence[Any]]]) -> LearnerAudit:
+    """Over the learner's surviving (checkpointed) history: steps continuous from 1, policy versions only
+    growing, no rollout trained twice.
+
+    ``runs``: per run of the learner, in order, the step its checkpoint resumed it from (0 for a fresh start)
+    and the steps it reported (``StepMetrics``: ``step``, ``policy_version``, ``rollout_ids``). What a run
+    trained after the step the next run resumed from was lost with it and trained again by the next run.
+    """
+    surviving: list[Any] = []
+    for resumed_from, history in runs:  # each run keeps what the runs before it checkpointed, then adds its own
+        surviving = [m for m in surviving if m.step <= resumed_from] + list(history)
+    problems: list[str] = []
+    steps = [m.step for m in surviving]
+    if steps != list(range(1, len(steps) + 1)):
+        problems.append(f"steps are not continuous from 1: {steps[:50]}")
+    versions = [m.policy_version for m in surviving]
+    if any(b <= a for a, b in zip(versions, versions[1:])):
+        problems.append(f"policy versions do not only grow: {versions[:50]}")
+    trained: dict[str, int] = {}
+    for m in surviving:
+        for rid in m.rollout_ids:
+            trained[rid] = trained.get(rid, 0) + 1
+    twice = sorted(r for r, n in trained.items() if n > 1)
+    if twice:
+        problems.append(f"{len(twice)} rollouts trained more than once: {twice[:20]}")
+    return LearnerAudit(surviving, steps, versions, trained, problems)

@@ -26,7 +26,6 @@ import os
 import random
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from agl_stream.config import Settings
 from agl_stream.service import ServiceProcess, agl_command
 from agl_stream.kafka import RecordProducer
 from agl_stream.types import Trajectory, Triplet
+from tests.faults.audit import audit_learner
 from tests.faults.report import report
 from agl_stream_trainer.checkpoint import STATE_FILE, CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
@@ -238,11 +238,11 @@ async def test_sigkill_learner_mid_step_resumes_from_checkpoint(
     # ---- the audit: the surviving history is run 1 up to the checkpoint, then run 2
     assert [m.step for m in history1] == list(range(1, trained_before_kill + 1))
     assert [m.step for m in history2] == list(range(resumed_from + 1, steps + 1)), "run 2 did not resume the checkpoint"
-    surviving = [m for m in history1 if m.step <= resumed_from] + history2
-    assert [m.step for m in surviving] == list(range(1, steps + 1))
+    learner = audit_learner([(0, history1), (resumed_from, history2)])
+    assert not learner.problems, learner.problems
+    surviving, trained, duplicates = learner.surviving, learner.trained, learner.duplicates
+    assert learner.steps == list(range(1, steps + 1))
     assert all(m.policy_version == m.step for m in surviving), [(m.step, m.policy_version) for m in surviving]
-    trained = Counter(rid for m in surviving for rid in m.rollout_ids)
-    duplicates = sum(n - 1 for n in trained.values())
     lost = len(set(by_id) - set(trained))
     unknown = set(trained) - set(by_id)
     for m in surviving:  # each step trained one complete group
