@@ -585,10 +585,12 @@ class TripletProcessor:
         future.add_done_callback(on_done)
 
 
-async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 30.0) -> Optional[ConsumerRecord]:
+async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 120.0) -> Optional[ConsumerRecord]:
     """The record at ``offset`` of ``tp`` (or the next one), ``None`` at the end of the partition.
 
-    The end is the fetch responses' high watermark (Tansu's ListOffsets end offsets can be too low).
+    The end is the fetch responses' high watermark (Tansu's ListOffsets end offsets can be too low). The
+    wait is as long as :func:`_read_range`'s: a partition whose leader is paused or cut off answers only
+    once another replica leads it (a 30 s wait ended the whole service in a nemesis run).
     """
     reader.assign([tp])
     reader.seek(tp, offset)
