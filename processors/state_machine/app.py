@@ -40,9 +40,9 @@ also answers a waiting fetch only when its wait runs out, so there faust's 1.5 s
 shortened. On Apache Kafka neither runs: faust's recovery and fetches are used as they are.
 
 On a multi-instance rebalance faust drops restored keys of revoked partitions but not keys written
-live (memory store). After every rebalance those lingering keys are dropped from the local store (not
-the changelog): the watchdog acts on the table's keys, and two instances watching one rollout would
-requeue its attempt twice.
+live (memory store). After every rebalance those lingering keys are left out of the indexes: the
+watchdog acts on the indexed keys (two instances watching one rollout would requeue its attempt
+twice), and only owned rollouts' snapshots are re-published.
 """
 
 from __future__ import annotations
@@ -481,9 +481,10 @@ class RolloutStateMachine:
                 if not raw:
                     continue
                 if owned is not None and self._partition_of(key) not in owned:
-                    # a revoked partition's key that faust kept (written live, see "Limitation"): its owner watches
-                    # it now; acting on it here too would requeue the same attempt twice
-                    del self._table.data[key]  # the store directly: no changelog record
+                    # a revoked partition's key that faust kept (written live): its owner watches and publishes it
+                    # now. Acting on it here too would requeue the same attempt twice, and re-publishing it could
+                    # put a stale snapshot over the owner's. It stays in faust's store (removing it there would
+                    # lose it if the partition came back: faust would not restore what it thinks it holds).
                     lingering += 1
                     continue
                 state = RolloutState.model_validate_json(raw)
@@ -496,10 +497,10 @@ class RolloutStateMachine:
                     republished += 1
             self._recovered_at = now
         if lingering:
-            self.counts["revoked_keys_dropped"] += lingering
+            self.counts["revoked_keys_ignored"] += lingering
         logger.info(
             "state machine: %d rollouts recovered (%d corrected from the changelog tail, %d of revoked partitions "
-            "dropped), %d snapshots re-published", len(self._table), corrected, lingering, republished,
+            "ignored), %d snapshots re-published", len(self._table), corrected, lingering, republished,
         )  # fmt: skip
         self.ready.set()
 
