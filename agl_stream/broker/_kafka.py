@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 
+import psutil
+
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
 from agl_stream.broker._install import KAFKA_VERSION, KafkaInstall, kafka_install, package_file
 from agl_stream.service import die_with_parent
@@ -129,20 +131,10 @@ def remove_orphaned_data_dirs(tmp: Optional[Path] = None) -> list[Path]:
             owner = int((folder / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if not _pid_alive(owner):
+        if not psutil.pid_exists(owner):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 class KafkaBroker:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from aiokafka.partitioner import murmur2
+from aiokafka.partitioner import DefaultPartitioner
 
 from agl_stream.config import Settings
 from agl_stream.kafka import is_tansu
@@ -511,9 +511,10 @@ class RolloutStateMachine:
         return owned if self._app.consumer.topic_partitions(tasks) else None
 
     def _partition_of(self, key: bytes) -> int:
-        """The partition of a rollout id on the co-partitioned topics (the producers' murmur2 partitioner)."""
+        """The partition of a rollout id on the co-partitioned topics (the producers' default partitioner)."""
         count = self._app.consumer.topic_partitions(self.settings.topic("tasks")) or self.settings.partitions
-        return (murmur2(key) & 0x7FFFFFFF) % count
+        partitions = list(range(count))
+        return DefaultPartitioner()(key, partitions, partitions)
 
     async def _rewind_uncommitted(self) -> None:
         """Replay input partitions that have no committed offset, once faust's streams are flowing.
@@ -579,7 +580,7 @@ class RolloutStateMachine:
         now = time.time()
         async with self._lock:
             # Silence is judged by read progress, not the wall clock: while the inputs lag (a restart, a pause),
-            # the spans and heartbeats that keep an attempt alive are still unread (see stream_lag).
+            # the spans and heartbeats that keep an attempt alive are still unread (see read_progress).
             await self._note_fetches()
             read_through = min(self._progress.read_through(now), self._spans.progress.read_through(now) if self._spans else now)
             for rid in list(self._watch):

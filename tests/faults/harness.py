@@ -50,6 +50,7 @@ class Pipeline:
         self.processors_replicas = processors_replicas
         self.proxies: dict[int, list[TcpProxy]] = {}  # node id -> its client and controller proxies
         self.replicas: list[ServiceProcess] = []  # processors services beyond the stack's own
+        self.replica_health_files: dict[str, Path] = {}  # replica name -> its health file
         self.kind = kind
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -102,7 +103,7 @@ class Pipeline:
         """Another processors service: the state machine and the triplet processor join their groups."""
         assert self.stack is not None
         name = f"processors-{index}"
-        health = self.data_dir / "logs" / f"{name}.health.json"
+        health = self.replica_health_files[name] = self.data_dir / "logs" / f"{name}.health.json"
         env = {**self.stack.env(), "AGL_DATA_DIR": str(self.data_dir / name)}
         replica = ServiceProcess(
             name, agl_command("processors", "state-machine", "triplets", "--no-sql-door", "--health-file", str(health),
@@ -139,9 +140,10 @@ class Pipeline:
 
     def restart_processors(self, name: str = "processors") -> None:
         if name == "processors":
-            self.health_file.unlink(missing_ok=True)
+            self.health_file.unlink(missing_ok=True)  # a dead service's last report must not read as current
             self.processors.start()
         else:
+            self.replica_health_files[name].unlink(missing_ok=True)
             next(r for r in self.replicas if r.name == name).start()
 
     def stop_runners(self) -> None:
@@ -183,7 +185,7 @@ class Pipeline:
         out = []
         for replica in self.replicas:
             try:
-                out.append(json.loads((self.data_dir / "logs" / f"{replica.name}.health.json").read_text()))
+                out.append(json.loads(self.replica_health_files[replica.name].read_text()))
             except (OSError, ValueError):
                 out.append({})
         return out
