@@ -78,10 +78,16 @@ async def note_fetches(progress: ReadProgress, consumer: Any, partitions: Iterab
     (not prefetched), so ``position >= end`` means everything up to the fetch was handed out.
     """
     for tp in partitions:
+        # A rebalance can revoke a partition at any await (here, or between the fetch and this call); aiokafka
+        # then asserts on every per-partition question. Revoked means no longer ours: nothing to note.
+        if tp not in consumer.assignment():
+            continue
         try:
             position = await consumer.position(tp)
         except Exception:  # noqa: BLE001 - unassigned meanwhile, or no position yet: unknown, not caught up
             position = None
+        if tp not in consumer.assignment():
+            continue
         end = consumer.last_stable_offset(tp) if read_committed else consumer.highwater(tp)
         polled = consumer.last_poll_timestamp(tp)
         progress.fetched(key(tp), position, end, polled / 1000.0 if polled is not None else None)

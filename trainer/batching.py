@@ -9,7 +9,11 @@ dropped and counted. Failed attempts count as arrived members but never train.
 One rollout, one training signal: only the trajectory of the attempt that ended its rollout
 (``Trajectory.decision == "final"``, stamped by the triplet processor from the state machine's
 verdict) is a member. A ``superseded`` trajectory (a retried attempt whose runner reported late) or
-an ``undecided`` one is counted and marked done at once, whatever order it arrives in.
+an ``undecided`` one is counted and marked done at once, whatever order it arrives in. The topic is
+at-least-once: a triplet processor that crashes or loses its partitions publishes some trajectories
+again, possibly after their group trained. So the assembler remembers the last
+``remember_rollouts`` rollouts whose group left (trained or dropped), checkpoints keep them, and a
+trajectory of one of them is a duplicate (counted, marked done), never a new group.
 
 No wasted learner steps (dynamic sampling, as DAPO): a group whose members all earned the same
 reward has zero GRPO advantage for every member, so it carries no gradient. Every such group is
@@ -68,6 +72,11 @@ class BatcherConfig(BaseModel):
         default=64, ge=1, description="zero-variance groups in a row, with no batch, before the learner gives up"
     )
     zero_variance_tolerance: float = Field(default=1e-6, ge=0, description="rewards closer than this count as equal")
+    remember_rollouts: int = Field(
+        default=100_000, ge=0,
+        description="rollouts whose group left (trained or dropped) remembered, and checkpointed, so a trajectory "
+                    "the triplet processor publishes again is never trained twice",
+    )  # fmt: skip
 
 
 class NoLearningSignal(RuntimeError):
@@ -154,6 +163,23 @@ class GroupAssembler:
         self._done: list[Any] = []  # records whose trajectories will never train (mark done)
         self._zero_variance_since_batch = 0
         self._zero_variance_rewards: Counter[float] = Counter()  # what the no-signal groups earned (for the error)
+        self._settled: "OrderedDict[str, None]" = OrderedDict()  # rollouts whose group left, oldest first
+
+    def settled(self) -> list[str]:
+        """Rollouts whose group left (trained or dropped), oldest first: what a checkpoint keeps."""
+        return list(self._settled)
+
+    def remember(self, rollout_ids: Any) -> None:
+        """Rollouts that must not be filed again (a group that left, or a resumed checkpoint's)."""
+        for rid in rollout_ids:
+            self._settled[rid] = None
+            self._settled.move_to_end(rid)
+        while len(self._settled) > self.config.remember_rollouts:
+            self._settled.popitem(last=False)
+
+    def _leave(self, group: _Group) -> None:
+        del self._groups[group.group_id]
+        self.remember(group.members)
 
     @property
     def pending_groups(self) -> int:
@@ -175,6 +201,10 @@ class GroupAssembler:
                 self.stats.superseded += 1
             else:
                 self.stats.undecided += 1
+            self._done.append(record)
+            return
+        if trajectory.rollout_id in self._settled:
+            self.stats.duplicates += 1  # published again after its group left: trained (or dropped) already
             self._done.append(record)
             return
         gid = trajectory.group_id or trajectory.rollout_id
@@ -226,7 +256,7 @@ class GroupAssembler:
                 self.stats.dropped_groups += 1
                 for m in group.members.values():
                     self._done.extend(m.records)
-                del self._groups[gid]
+                self._leave(group)
                 continue
             if self.config.drop_zero_variance and self._no_signal(filtered):
                 self._drop_no_signal(group, filtered)
@@ -242,7 +272,7 @@ class GroupAssembler:
             trajectories.extend(m.trajectory for m in filtered.members)
             records.extend(r for m in group.members.values() for r in m.records if r is not None)
             staleness.extend(filtered.staleness)
-            del self._groups[group.group_id]
+            self._leave(group)
         taken = candidates[: self.config.batch_groups]
         self.stats.batches += 1
         self.stats.trained_triplets += sum(len(t.triplets) for t in trajectories)
@@ -267,7 +297,7 @@ class GroupAssembler:
         self._count_stale(filtered)
         for m in group.members.values():
             self._done.extend(m.records)
-        del self._groups[group.group_id]
+        self._leave(group)
         self._zero_variance_rewards[round(trajectory_reward(filtered.members[0].trajectory), 6)] += 1
         if self._zero_variance_since_batch >= self.config.max_zero_variance_groups:
             seen = ", ".join(f"{n} at reward {r:g}" for r, n in self._zero_variance_rewards.most_common())

@@ -16,7 +16,9 @@ resume the learner seeks there, so the batches after the checkpoint are replayed
 checkpoint's weights (at-least-once, consistent with the weights). Records past that position can
 be done already (groups interleave on the topic, and one can complete and train before a group
 with an earlier record): their offsets are saved too (``done_offsets``) and the resumed learner
-skips them instead of training them a second time.
+skips them instead of training them a second time. ``settled_rollouts`` lists the rollouts whose
+group left the batcher (trained or dropped) up to its memory: a trajectory published again after the
+checkpoint is recognised as a duplicate (see :mod:`agl_stream_trainer.batching`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TrainerState:
     offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset to read
     extra: dict[str, Any] = field(default_factory=dict)
     done_offsets: dict[str, list[int]] = field(default_factory=dict)  # "topic:partition" -> done offsets past it
+    settled_rollouts: list[str] = field(default_factory=list)  # rollouts trained or dropped (duplicates skip)
 
 
 def offsets_to_json(offsets: dict[Any, int]) -> dict[str, int]:
@@ -110,6 +113,7 @@ class CheckpointManager:
             "policy_version": state.policy_version,
             "offsets": state.offsets,
             "done_offsets": state.done_offsets,
+            "settled_rollouts": state.settled_rollouts,
             "extra": state.extra,
             "optimizer": optim_meta,
             "lr_scheduler": policy.scheduler.state_dict(),
@@ -143,6 +147,7 @@ class CheckpointManager:
             policy_version=int(doc["policy_version"]),
             offsets={k: int(v) for k, v in doc.get("offsets", {}).items()},
             done_offsets={k: [int(o) for o in v] for k, v in doc.get("done_offsets", {}).items()},
+            settled_rollouts=[str(r) for r in doc.get("settled_rollouts", [])],
             extra=doc.get("extra", {}),
         )
 

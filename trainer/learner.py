@@ -67,6 +67,7 @@ class Learner:
         self.policy_version = 0
         self.offsets: dict[str, int] = {}  # checkpointed positions, "topic:partition" -> offset
         self.done_offsets: dict[str, list[int]] = {}  # records already done past those positions
+        self.settled_rollouts: list[str] = []  # the resumed checkpoint's rollouts trained or dropped
         self.extra_state: dict[str, Any] = {}
         self.consumer: Any = None
         self.batcher: Optional[TripletBatcher] = None
@@ -86,6 +87,7 @@ class Learner:
                 self.step, self.policy_version = state.step, state.policy_version
                 self.offsets = dict(state.offsets)
                 self.done_offsets = dict(state.done_offsets)
+                self.settled_rollouts = list(state.settled_rollouts)
                 self.extra_state = dict(state.extra)
                 logger.info("resumed at step %d, policy version %d", self.step, self.policy_version)
         self.consumer = RecordConsumer(self.settings, [self.settings.topic("triplets")], self.group_id)
@@ -99,6 +101,7 @@ class Learner:
             self.consumer, self.batcher_config, dlq=self.dlq_producer, dlq_topic=self.settings.topic("dlq"),
             already_done=self.done_offsets,
         )
+        self.batcher.assembler.remember(self.settled_rollouts)
         return state
 
     async def stop(self) -> None:
@@ -173,7 +176,8 @@ class Learner:
                 self.offsets.update(offsets_to_json({tp: position}))
                 self.done_offsets[f"{tp.topic}:{tp.partition}"] = self.batcher.done_past(tp, position)
         done = {k: v for k, v in self.done_offsets.items() if v}
-        state = TrainerState(self.step, self.policy_version, dict(self.offsets), dict(self.extra_state), done)
+        state = TrainerState(self.step, self.policy_version, dict(self.offsets), dict(self.extra_state), done,
+                             self.batcher.assembler.settled())  # fmt: skip
         return await asyncio.to_thread(self.checkpoints.save, self.policy, state)
 
     def _metrics(self, stats: StepStats, batch: Batch, publish_seconds: float) -> StepMetrics:

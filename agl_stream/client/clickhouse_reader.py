@@ -109,8 +109,13 @@ class ClickHouseReader:
         return self._client
 
     def _rows(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        from clickhouse_connect.driver.exceptions import OperationalError
+
         with self._lock:
-            result = self._connect().query(sql, parameters=params)
+            try:
+                result = self._connect().query(sql, parameters=params)
+            except OperationalError as exc:  # the server (or the SQL door) went away: unavailable, not a bad query
+                raise SpanReaderUnavailable(f"ClickHouse at {self.target.describe()} is unreachable: {exc}") from exc
             return list(result.column_names), [tuple(r) for r in result.result_rows]
 
     async def _query(self, sql: str, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -23,7 +23,12 @@ an attempt. Two rules make a restart replay each attempt whole or not at all:
   buffering them as an attempt that never finishes.
 
 Both topics are keyed by rollout_id with the same partition count, so one consumer (one group
-member) sees all spans and events of the attempts it owns.
+member) sees all spans and events of the attempts it owns, provided the group assigns partition p of
+both topics to the same member: the range assignor does (per topic, the same ranges to the same
+members), aiokafka's default round-robin does not once the group has three members (a restarted
+replica beside the session of its killed predecessor is enough). A member handed one topic's
+partition without the other's would adapt attempts from their ``finished`` event with none of their
+spans: :func:`triplets_consumer` sets the range assignor and every assignment is checked.
 
 One rollout, one training signal: a finished attempt leaves only with the state machine's decision
 (:mod:`agl_stream_processors.triplets.decisions`), read from the snapshots on ``agl.rollouts``
@@ -46,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError
 from aiokafka.structs import ConsumerRecord
 
@@ -156,13 +162,7 @@ class TripletProcessor:
 
     async def run(self, stop: asyncio.Event) -> None:
         group_id = self.options.group_id or f"{self.settings.topic_prefix}-triplets"
-        consumer = RecordConsumer(
-            self.settings,
-            [self.spans_topic, self.attempts_topic],
-            group_id,
-            max_poll_records=self.options.max_poll_records,
-            fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
-        )
+        consumer = triplets_consumer(self.settings, group_id, max_poll_records=self.options.max_poll_records)
         # transactions: one producer per host and group, so a restarted process takes its predecessor's id and
         # the coordinator aborts what that one left open at once (else read-committed consumers would wait for
         # the transaction timeout). One triplets process per host and group, then (a pod per replica).
@@ -316,6 +316,7 @@ class TripletProcessor:
         if not consumer.assignment_changed.is_set():
             return
         consumer.assignment_changed.clear()
+        check_co_partitioned(consumer.raw.assignment(), self.spans_topic, self.attempts_topic)
         owned = {tp.partition for tp in consumer.raw.assignment()}
         self._spans_progress.keep(owned)
         moved = len(self.buffer.drop_partitions(owned))
@@ -583,6 +584,27 @@ class TripletProcessor:
                     self._deferred.append((list(tokens), list(then_defer)))
 
         future.add_done_callback(on_done)
+
+
+def triplets_consumer(settings: Settings, group_id: str, *, max_poll_records: int) -> RecordConsumer:
+    """The group consumer of ``agl.spans`` and ``agl.attempts``, co-partitioned (see the module's docstring)."""
+    return RecordConsumer(
+        settings, [settings.topic("spans"), settings.topic("attempts")], group_id, max_poll_records=max_poll_records,
+        fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
+        partition_assignment_strategy=(RangePartitionAssignor,),
+    )  # fmt: skip
+
+
+def check_co_partitioned(assignment: Any, spans_topic: str, attempts_topic: str) -> None:
+    """Raise unless this member holds the same partitions of both topics (else attempts lose their spans)."""
+    spans = {tp.partition for tp in assignment if tp.topic == spans_topic}
+    attempts = {tp.partition for tp in assignment if tp.topic == attempts_topic}
+    if spans != attempts:
+        raise RuntimeError(
+            f"triplets: assigned {spans_topic} partitions {sorted(spans)} but {attempts_topic} partitions "
+            f"{sorted(attempts)}: the two topics must have the same partition count, and every member of the group "
+            "the range assignor (a member of an older version in the group?)"
+        )
 
 
 async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 120.0) -> Optional[ConsumerRecord]:

@@ -14,6 +14,11 @@ must produce and which values it must find in ClickHouse:
 * about half the rounds end with an intermediate reward (a reward span, value in [0, 1));
 * then a final ``workload.final`` span and the final reward in [1, 2].
 
+A task with ``"tokens": K`` (K > 0) also puts K prompt and K response token ids, and the response's
+logprobs, on every ``workload.llm`` span (the keys LLM tracers use), so its triplets are trainable: the
+nemesis's learner trains on them. They come from their own random stream: the rest of the plan is the
+same with or without them.
+
 Every span (and every round) sleeps ``sleep`` seconds of agent "work" (default 0.01 s).
 """
 
@@ -28,6 +33,7 @@ from typing import Any
 from opentelemetry import trace
 
 import agl_stream.emitter as agl
+import agl_stream.semconv as semconv
 from agl_stream.litagent import rollout
 
 _otel = trace.get_tracer("agl.workload")
@@ -66,9 +72,23 @@ class Round:
 
 
 @dataclass(frozen=True)
+class Tokens:
+    """One LLM call's token ids and the response's logprobs, as a tracer records them."""
+
+    prompt: list[int]
+    response: list[int]
+    logprobs: list[float]
+
+    def attributes(self) -> dict[str, list[int] | list[float]]:
+        return {semconv.PROMPT_TOKEN_IDS: self.prompt, semconv.RESPONSE_TOKEN_IDS: self.response,
+                semconv.RESPONSE_LOGPROBS: self.logprobs}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Plan:
     rounds: list[Round]
     final_reward: float
+    tokens: list[Tokens]  # per round; empty when the task asks for none
 
     @property
     def spans(self) -> int:
@@ -90,14 +110,20 @@ def plan(task: dict[str, Any]) -> Plan:
         if r == name_round:
             attrs[name_child][TASK_NAME_KEY] = task["name"]
         rounds.append(Round(attrs, round(rng.random(), 6) if rng.random() < 0.5 else None))
-    return Plan(rounds, float(task["final_reward"]))
+    k = int(task.get("tokens", 0))
+    token_rng = random.Random(f"tokens-{task['seed']}")  # its own stream: the plan above does not depend on it
+    tokens = [Tokens([token_rng.randrange(100, 5000) for _ in range(k)], [token_rng.randrange(100, 5000) for _ in range(k)],
+                     [round(-token_rng.uniform(0.1, 5.0), 4) for _ in range(k)]) for _ in range(n)] if k > 0 else []  # fmt: skip
+    return Plan(rounds, float(task["final_reward"]), tokens)
 
 
-def make_tasks(n: int, *, seed: int = 0, sleep: float = 0.01, prefix: str = "task") -> list[dict[str, Any]]:
+def make_tasks(n: int, *, seed: int = 0, sleep: float = 0.01, prefix: str = "task", tokens: int = 0) -> list[dict[str, Any]]:
+    """``tokens`` > 0: trainable triplets (see the module's docstring)."""
     rng = random.Random(seed)
+    extra = {"tokens": tokens} if tokens > 0 else {}
     return [
         {"name": f"{prefix}-{i:06d}-{_text(rng, 4, 8)}", "seed": rng.getrandbits(32), "rounds": rng.randint(1, 10),
-         "final_reward": round(rng.uniform(1.0, 2.0), 6), "sleep": sleep}
+         "final_reward": round(rng.uniform(1.0, 2.0), 6), "sleep": sleep, **extra}
         for i in range(n)
     ]  # fmt: skip
 
@@ -109,7 +135,8 @@ async def workload_agent(task: dict) -> None:
     for index, rnd in enumerate(p.rounds):
         with agl.operation(name="workload.round", **{"workload.round": index}):
             await asyncio.sleep(sleep)
-            for name, attrs in zip(("workload.llm", "workload.tool"), rnd.attributes):
+            llm_attrs = {**rnd.attributes[0], **(p.tokens[index].attributes() if p.tokens else {})}
+            for name, attrs in zip(("workload.llm", "workload.tool"), (llm_attrs, rnd.attributes[1])):
                 with _otel.start_as_current_span(name, attributes=attrs):
                     await asyncio.sleep(sleep)
         if rnd.reward is not None:

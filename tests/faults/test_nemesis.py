@@ -1,7 +1,8 @@
 """A short nemesis run in ``make test``: a fixed seed, several faults at once, then the audit.
 
-The issue's topology (three Kafka nodes behind their proxies, two processors replicas, two runner hosts)
-with a fault every 6 s on average for 60 s: about 11 faults, up to 4 at once. On the Tansu fallback (no
+The issue's topology (three Kafka nodes behind their proxies, two processors replicas, two runner hosts, the
+learner with the tiny model, the store front door reading through the SQL door's proxy) with a fault every
+6 s on average for 60 s. On the Tansu fallback (no
 java) one node behind its proxy, without broker faults (Tansu keeps nothing across a restart). Full size by
 hand: ``make nemesis SEED=... DURATION=... ROLLOUTS=...`` (``docs/operations.md``, section 11).
 """
@@ -18,7 +19,7 @@ from tests.faults.report import report
 
 
 @pytest.mark.timeout(330)  # the run itself is about 3 minutes on a 2-core machine
-@pytest.mark.parametrize("seed", [7])  # broker kills and node isolations, processors and runners killed, paused, cut off
+@pytest.mark.parametrize("seed", [367])  # every kind of process killed (a broker, processors, a runner host, the learner, the front door), a node and the SQL door cut off, four at once
 async def test_a_short_nemesis_run_loses_and_doubles_nothing(seed: int, workdir: Path) -> None:
     brokers = "3" if choose_local_broker() == "kafka" else "1"
     args = parse_args(["--seed", str(seed), "--duration", "60", "--rollouts", "200", "--every", "6", "--timeout", "300",
@@ -32,3 +33,12 @@ async def test_a_short_nemesis_run_loses_and_doubles_nothing(seed: int, workdir:
     assert result["not_terminal"] == 0
     assert a["lost"] == 0 and a["duplicates"] == 0, a["problems"][:20]
     assert not a["problems"], a["problems"][:20]
+    learner, door = result["learner"], result["front_door"]
+    report(f"[nemesis seed {seed}] learner: {learner['runs']} run(s), {learner['steps']} steps, "
+           f"{learner['trained_rollouts']} trained, twice {learner['twice']}, untrained {learner['untrained']}; "
+           f"front door: {door['via_door']} rollouts, {door['reads']} reads checked, {door['retries']} retries")  # fmt: skip
+    assert not learner["problems"] and learner["twice"] == 0, learner["problems"]
+    assert learner["steps"] > 0 and learner["untrained"] == 0, learner
+    assert door["via_door"] > 0 and door["waited"] == door["via_door"], door
+    assert not door["wrong_reads"] and not door["failed_requests"], door
+    assert result["clean"]

@@ -8,12 +8,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.nemesis.run import targets_for
+from tests.faults.nemesis.run import process_names, targets_for
 from tests.faults.nemesis.schedule import HOLD_RANGE, Fault, Target, format_schedule, make_schedule, overlapping
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the command's default topology: two processors replicas, two runner hosts, three brokers each behind its proxies
-TARGETS = targets_for(["processors", "processors-1", "runners-0", "runners-1"], links="nodes", broker_nodes=[1, 2, 3])
+#: the command's default topology: two processors replicas, two runner hosts, the learner, the store front door,
+#: three brokers each behind its proxies, and the SQL door behind its own
+PROCESSES = process_names(2, 2, learner=True, front_door=True)
+TARGETS = targets_for(PROCESSES, links="nodes", broker_nodes=[1, 2, 3], sql_door=True)
+
+
+def test_the_default_topology_is_the_issues() -> None:
+    assert PROCESSES == ["processors", "processors-1", "runners-0", "runners-1", "learner", "store"]
+    names = {t.name: t.kinds for t in TARGETS}
+    assert all(names[p] == ("kill", "pause", "partition") for p in PROCESSES)
+    assert names["sql-door"] == ("partition",)  # a link, not a process: cut off only
+
+
+def test_a_long_run_hits_every_target_and_several_at_once() -> None:
+    faults = make_schedule(3, 20_000 / 5, 30, TARGETS)  # 20,000 rollouts at about 5/s
+    assert {f.target for f in faults} == {t.name for t in TARGETS}
+    assert {f.kind for f in faults if f.target == "sql-door"} == {"partition"}
+    assert overlapping(faults) >= 2
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:

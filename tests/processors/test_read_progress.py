@@ -45,3 +45,48 @@ def test_read_committed_end_of_minus_one_is_not_caught_up() -> None:
     progress.consumed(0, produced_at=70.0)
     progress.fetched(0, position=5, end=-1, polled_at=99.0)
     assert progress.read_through(100.0) == 70.0
+
+
+class _RebalancingConsumer:
+    """aiokafka's per-partition questions on a consumer whose group revokes partition 1 during an await
+    (a rebalance lands while ``position`` waits): each asserts the partition is still assigned, as aiokafka does."""
+
+    def __init__(self) -> None:
+        self.assigned = {0, 1, 2}
+
+    def assignment(self) -> set[int]:
+        return set(self.assigned)
+
+    def _check(self, tp: int) -> None:
+        assert tp in self.assigned, "Partition is not assigned"
+
+    async def position(self, tp: int) -> int:
+        self._check(tp)
+        if tp == 1:
+            self.assigned.discard(1)  # the rebalance, while this await was pending
+        return 5
+
+    def highwater(self, tp: int) -> int:
+        self._check(tp)
+        return 5
+
+    def last_stable_offset(self, tp: int) -> int:
+        self._check(tp)
+        return 5
+
+    def last_poll_timestamp(self, tp: int) -> int:
+        self._check(tp)
+        return 99_000
+
+
+async def test_a_partition_revoked_around_the_fetch_is_skipped_not_a_crash() -> None:
+    """Seen in the nemesis: the triplet processor exited with aiokafka's AssertionError('Partition is not
+    assigned') when a rebalance revoked a partition between its fetch and the progress note."""
+    from agl_stream_processors.read_progress import note_fetches
+
+    consumer = _RebalancingConsumer()
+    progress = ReadProgress()
+    # partition 3 was revoked before the call; partition 1 while its position was awaited
+    await note_fetches(progress, consumer, [0, 1, 2, 3], read_committed=False)
+    progress.keep({0, 2})
+    assert progress.read_through(100.0) == 99.0  # partitions 0 and 2 noted, caught up at the fetch

@@ -123,3 +123,23 @@ def test_a_final_trajectory_of_a_cancelled_rollout_is_a_member_that_never_trains
     batch = asm.pop_batch(0, now=0.0)
     assert batch is not None and [t.rollout_id for t in batch.trajectories] == [b.rollout_id]
     assert asm.stats.failed_rollouts == 1
+
+
+def test_a_trajectory_published_again_after_its_group_left_is_a_duplicate_not_a_new_group() -> None:
+    """agl.triplets is at-least-once: a restarted triplet processor publishes some trajectories again, after
+    their group trained (seen in the nemesis: five groups trained twice). Dropped groups count as settled too."""
+    asm = GroupAssembler(_cfg(group_size=2, batch_groups=1, remember_rollouts=3))
+    trained, dropped = make_group("t", [1, 0], seed=7), make_group("d", [1, 0], seed=8)
+    for t in trained:
+        asm.add(t, record=f"first-{t.rollout_id}", now=0.0)
+    assert asm.pop_batch(0, now=0.0) is not None
+    asm.add(dropped[0], record="lonely", now=0.0)
+    assert asm.pop_batch(0, now=100.0) is None  # timed out with one member: dropped
+    asm.take_done()
+    for t in [*trained, dropped[0]]:
+        asm.add(t, record=f"again-{t.rollout_id}", now=101.0)
+    assert asm.pending_groups == 0 and asm.stats.duplicates == 3
+    assert sorted(asm.take_done()) == sorted(f"again-{t.rollout_id}" for t in [*trained, dropped[0]])
+    assert asm.settled() == [trained[0].rollout_id, trained[1].rollout_id, dropped[0].rollout_id]
+    asm.remember(["x"])  # the memory is bounded: the oldest is forgotten
+    assert asm.settled() == [trained[1].rollout_id, dropped[0].rollout_id, "x"]

@@ -23,7 +23,7 @@ def test_save_load_roundtrip(tiny, tiny_model_dir, tmp_path) -> None:
     manager = CheckpointManager(tmp_path / "ck", keep=2)
     for step in (1, 2, 3):
         saved = TrainerState(step=step, policy_version=step, offsets={"t.triplets:0": 5 * step}, extra={"k": step},
-                             done_offsets={"t.triplets:0": [5 * step + 2]})
+                             done_offsets={"t.triplets:0": [5 * step + 2]}, settled_rollouts=[f"ro-{step}", "ro-x"])
         manager.save(policy, saved)
     assert sorted(p.name for p in (tmp_path / "ck").glob("step-*")) == ["step-00000002", "step-00000003"]
 
@@ -32,6 +32,7 @@ def test_save_load_roundtrip(tiny, tiny_model_dir, tmp_path) -> None:
     state = manager.load(restored)
     assert state is not None and state.policy_version == 3 and state.offsets == {"t.triplets:0": 15}
     assert state.extra == {"k": 3} and state.done_offsets == {"t.triplets:0": [17]}
+    assert state.settled_rollouts == ["ro-3", "ro-x"]
     for (name, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
         assert torch.equal(a, b), name
     sa, sb = policy.optimizer.state_dict(), restored.optimizer.state_dict()

@@ -264,3 +264,41 @@ async def test_undecodable_triplet_records_go_to_the_dlq(topics: Settings, tiny)
         await dlq.stop(commit=False)
     assert len(letters) == 1 and letters[0].payload == b'{"not": "an envelope"}'
     assert "envelope" in letters[0].reason and letters[0].processor == "agl_stream_trainer.batching"
+
+
+async def test_a_trajectory_published_again_after_a_checkpoint_is_not_trained_again(settings: Settings,
+                                                                                     tiny_model_dir) -> None:  # fmt: skip
+    """A triplet processor that restarts publishes some trajectories again, maybe long after their group
+    trained and checkpointed: the resumed learner knows them from the checkpoint (``settled_rollouts``)."""
+    from agl_stream_topics.admin import ensure_topics
+    from agl_stream_trainer.models import load_model_and_tokenizer
+
+    settings = settings.model_copy(update={"partitions": 1})
+    assert (await ensure_topics(settings, strict=True)).ok
+    a, b = make_group("a", [1.0, 0.0], seed=60), make_group("b", [0.0, 1.0], seed=61)
+    await produce_trajectories(settings, a)
+    cfg = BatcherConfig(group_size=2, batch_groups=1, max_staleness=None, group_timeout_s=600)
+    ckpt_dir = settings.data_dir / "ckpt"
+
+    def learner() -> Learner:
+        model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
+        return Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
+                       checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=1)
+
+    first = learner()
+    await first.start()
+    assert await first.step_once(timeout=30) is not None
+    await first.stop()
+    state = CheckpointManager(ckpt_dir).load(first.policy)
+    assert state is not None and sorted(state.settled_rollouts) == sorted(t.rollout_id for t in a)
+
+    await produce_trajectories(settings, [*a, *b])  # a published again, then a new group
+    second = learner()
+    await second.start()
+    try:
+        assert await second.step_once(timeout=30) is not None
+        assert {t.group_id for t in second.last_batch.trajectories} == {"b"}
+        assert await second.step_once(timeout=2, force=True) is None  # a does not train a second time
+        assert second.batcher.stats.duplicates == 2 and second.batcher.assembler.pending_groups == 0
+    finally:
+        await second.stop()

@@ -2,16 +2,21 @@
 
     python -m tests.faults.nemesis --seed 7 --duration 300 --rollouts 2000 --every 30
 
-Topology (this first version): the local broker (one node behind a TCP proxy, or ``--brokers 3`` for a
-Kafka cluster), the processors service, and ``--runner-hosts`` runner services. Faults, from
+Topology (default): a three-node Kafka cluster, each node's listeners behind a TCP proxy (``--brokers 1``: one
+node behind one proxy), two processors services, two runner services, the learner (``agl-stream trainer``, the
+tiny model, GRPO groups of four) and the store front door (``agl-stream ingest store``, reading ClickHouse
+through the processors' SQL door, behind a proxy of its own). Half the rollouts are enqueued, waited for and
+read back through the front door, half through the native client. Faults, from
 :mod:`tests.faults.nemesis.schedule`:
-- ``processors``, ``runners-N``: SIGKILL then a restart, SIGSTOP/SIGCONT, or a partition from the broker
-  (their connections through the proxy freeze, one node only);
-- ``broker-link``: every client's connection to the broker cut (one node only);
-- ``broker-N`` (a cluster only: a broker that replicates): SIGKILL then a restart, or SIGSTOP/SIGCONT.
+- ``processors``, ``processors-N``, ``runners-N``, ``learner``, ``store``: SIGKILL then a restart,
+  SIGSTOP/SIGCONT, or a partition from every broker node (their connections through the proxies freeze);
+- ``broker-N`` (a cluster: a broker that replicates): SIGKILL then a restart, SIGSTOP/SIGCONT, or isolation
+  from clients and the other nodes; ``broker-link`` (one node): every client cut off;
+- ``sql-door``: the SQL door cut off from its readers.
 Rollouts are retried when their attempt goes silent (5 s), up to 10 attempts. The run prints its schedule
-first (the same from the same seed), and ends with the audit of every rollout from ClickHouse: 0 lost,
-0 duplicated, every rollout terminal. Exit status 0 when the audit is clean, 1 when not.
+first (the same from the same seed), and ends with the audit of every rollout from ClickHouse (0 lost, 0
+duplicated, every rollout terminal) and of the learner's checkpointed history (steps continuous, policy
+versions growing, no rollout trained twice, every succeeded rollout trained). Exit status 0 when clean.
 """
 
 from __future__ import annotations
@@ -32,9 +37,13 @@ from agl_stream.broker import KafkaBroker
 from agl_stream.client import StoreClient
 from agl_stream.service import ServiceProcess
 from agl_stream.types import RolloutConfig
-from tests.faults.audit import Audit, Enqueued, audit
-from tests.faults.harness import Pipeline, make_tasks
+from tests.agl_stream.runner.tcp_proxy import TcpProxy
+from tests.faults.audit import Audit, Enqueued, audit, audit_learner
+from tests.faults.harness import Pipeline, ProcessorEnvPipeline, make_tasks
+from tests.faults.nemesis.front_door import (DoorClient, DoorStats, enqueue_through_door, sample_reads,
+                                             wait_through_door)  # fmt: skip
 from tests.faults.nemesis.schedule import Fault, Target, format_schedule, make_schedule, to_json
+from tests.faults.nemesis.services import GROUP_SIZE, TOKENS, FrontDoor, Learner, SqlDoor, learner_summary, tiny_model
 
 #: a silent attempt (its runner killed, paused or cut off) is retried after 5 s; ten tries before a rollout fails
 NEMESIS_RETRIES = RolloutConfig(unresponsive_seconds=5.0, max_attempts=10, retry_condition=["unresponsive"])
@@ -52,30 +61,44 @@ class Applied:
         self.faults.append({**to_json([fault])[0], "applied_s": round(applied, 2), "undone_s": round(undone, 2), "note": note})
 
 
-def targets_for(processes: list[str], *, links: str, broker_nodes: list[int]) -> list[Target]:
+def targets_for(processes: list[str], *, links: str, broker_nodes: list[int], sql_door: bool = False) -> list[Target]:
     """What the faults can hit. ``links``: ``single`` (one node behind one proxy), ``nodes`` (a cluster with a
-    proxy per node listener) or ``none`` (a cluster, no proxies: no partitions). Broker faults need a cluster."""
+    proxy per node listener) or ``none`` (a cluster, no proxies: no partitions). Broker faults need a cluster.
+    ``sql_door``: the SQL door's readers reach it through a proxy (its link can be cut)."""
     cut = ("partition",) if links != "none" else ()
     out = [Target(name, ("kill", "pause", *cut)) for name in processes]
     if links == "single":
         out.append(Target("broker-link", ("partition",)))
     if len(broker_nodes) > 1:
         out += [Target(f"broker-{n}", ("kill", "pause", *cut)) for n in broker_nodes]
+    if sql_door:
+        out.append(Target("sql-door", ("partition",)))
     return out
+
+
+def process_names(processors_replicas: int, runner_hosts: int, *, learner: bool, front_door: bool) -> list[str]:
+    return ["processors", *(f"processors-{i}" for i in range(1, processors_replicas)),
+            *(f"runners-{i}" for i in range(runner_hosts)), *(["learner"] if learner else []),
+            *(["store"] if front_door else [])]  # fmt: skip
 
 
 class Executor:
     """Applies faults to a running :class:`Pipeline` and undoes them when their hold is over."""
 
-    def __init__(self, pipe: Pipeline) -> None:
+    def __init__(self, pipe: Pipeline, extra: Optional[list[ServiceProcess]] = None,
+                 door_proxy: Optional[TcpProxy] = None) -> None:  # fmt: skip
+        """``extra``: the learner and the front door; ``door_proxy``: the proxy in front of the SQL door."""
         self.pipe = pipe
+        self.extra = list(extra or [])
+        self.door_proxy = door_proxy
+        self.sql_door_cut = False
         self.partitioned: dict[str, int] = {}  # service -> pid cut off from every broker node
         self.isolated: set[int] = set()  # broker nodes cut off from everyone (clients and the other nodes)
         self.killed: set[str] = set()  # services down by a kill fault, until its restart
         self.crashes: list[dict[str, Any]] = []  # services that exited on their own, restarted as a supervisor would
 
     def services(self) -> list[ServiceProcess]:
-        return [self.pipe.processors, *self.pipe.replicas, *self.pipe.runners]
+        return [self.pipe.processors, *self.pipe.replicas, *self.pipe.runners, *self.extra]
 
     async def restart_crashed(self, t0: float, interval: float = 1.0) -> None:
         """A supervisor's job (Kubernetes restarts a pod whose process exited): every service that exited on its
@@ -102,16 +125,16 @@ class Executor:
     def targets(self) -> list[Target]:
         pipe = self.pipe
         nodes = [n.node_id for n in pipe.broker.nodes] if isinstance(pipe.broker, KafkaBroker) else []
-        processes = ["processors", *(r.name for r in pipe.replicas), *(r.name for r in pipe.runners)]
-        return targets_for(processes, links=self.links, broker_nodes=nodes)
+        processes = [s.name for s in self.services()]
+        return targets_for(processes, links=self.links, broker_nodes=nodes, sql_door=self.door_proxy is not None)
 
     def _service(self, name: str) -> ServiceProcess:
-        if name == "processors":
-            return self.pipe.processors
-        return next(s for s in [*self.pipe.replicas, *self.pipe.runners] if s.name == name)
+        return next(s for s in self.services() if s.name == name)
 
     def _cut_links(self) -> int:
         """Set every proxy to the partitions in effect; returns the connections frozen."""
+        if self.door_proxy is not None:
+            self.door_proxy.partition((), isolate=self.sql_door_cut)
         pids = set(self.partitioned.values())
         if self.pipe.proxy is not None:
             return self.pipe.proxy.partition(pids)
@@ -125,6 +148,10 @@ class Executor:
         return frozen
 
     async def apply(self, fault: Fault) -> str:
+        if fault.target == "sql-door":
+            self.sql_door_cut = True
+            self._cut_links()
+            return "the SQL door cut off from its readers"
         if fault.target == "broker-link":
             assert self.pipe.proxy is not None
             await self.pipe.proxy.cut()
@@ -148,6 +175,10 @@ class Executor:
         return f"{self._cut_links()} connections frozen"
 
     async def undo(self, fault: Fault) -> str:
+        if fault.target == "sql-door":
+            self.sql_door_cut = False
+            self._cut_links()
+            return ""
         if fault.target == "broker-link":
             assert self.pipe.proxy is not None
             await self.pipe.proxy.restore()
@@ -203,59 +234,153 @@ async def run_schedule(executor: Executor, faults: list[Fault], t0: float, appli
     await asyncio.gather(*(one(f) for f in faults))
 
 
-async def feed(store: StoreClient, tasks: list[dict[str, Any]], enq: Enqueued, spread: float, batch: int = 32) -> None:
-    """Enqueue ``tasks`` in batches spread evenly over ``spread`` seconds (an offered load, not saturation)."""
-    chunks = [tasks[i : i + batch] for i in range(0, len(tasks), batch)]
+def enqueue_items(tasks: list[dict[str, Any]], first_index: int, prefix: str) -> list[dict[str, Any]]:
+    """Enqueue requests in train mode, four consecutive tasks to a GRPO group (the learner's groups)."""
+    return [{"input": task, "mode": "train", "config": NEMESIS_RETRIES.model_dump(mode="json"),
+             "metadata": {"group_id": f"{prefix}-g{(first_index + i) // GROUP_SIZE:06d}"}}
+            for i, task in enumerate(tasks)]  # fmt: skip
+
+
+async def feed(store: StoreClient, door: Optional[DoorClient], tasks: list[dict[str, Any]], enq: Enqueued,
+               via_door: set[str], spread: float, prefix: str, batch: int = 32) -> None:  # fmt: skip
+    """Enqueue ``tasks`` in batches spread evenly over ``spread`` seconds (an offered load, not saturation);
+    with a front door, every other batch goes through it. Batches are whole groups (``batch`` a multiple of 4)."""
+    chunks = [(i, tasks[i : i + batch]) for i in range(0, len(tasks), batch)]
     t0 = time.monotonic()
-    for i, chunk in enumerate(chunks):
-        await asyncio.sleep(max(0.0, t0 + i * spread / len(chunks) - time.monotonic()))
-        rollouts = await store.enqueue_many_rollouts([{"input": t, "config": NEMESIS_RETRIES} for t in chunk])
+    for n, (first, chunk) in enumerate(chunks):
+        await asyncio.sleep(max(0.0, t0 + n * spread / len(chunks) - time.monotonic()))
+        items = enqueue_items(chunk, first, prefix)
+        if door is not None and n % 2 == 1:
+            await enqueue_through_door(door, items, chunk, enq, via_door)
+            continue
+        rollouts = await store.enqueue_many_rollouts(items)
         for task, ro in zip(chunk, rollouts):
             enq.tasks[ro.rollout_id] = task
             enq.enqueued_at[ro.rollout_id] = ro.start_time
 
 
+def succeeded_ids(store: StoreClient, enq: Enqueued) -> list[str]:
+    return [rid for rid in list(enq.tasks) if (s := store.view.snapshot(rid)) is not None and s.rollout.status == "succeeded"]
+
+
 async def sample_throughput(store: StoreClient, enq: Enqueued, t0: float, out: list[tuple[float, int]]) -> None:
     while True:
-        done = sum(1 for rid in enq.tasks if (s := store.view.snapshot(rid)) is not None and s.rollout.status == "succeeded")
-        out.append((round(time.monotonic() - t0, 1), done))
+        out.append((round(time.monotonic() - t0, 1), len(succeeded_ids(store, enq))))
         await asyncio.sleep(1.0)
 
 
+async def wait_learner(learner: Learner, succeeded: set[str], timeout: float) -> None:
+    """Until the learner's runs together trained every succeeded rollout (or ``timeout``; the audit says what not)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        trained = audit_learner(await asyncio.to_thread(learner.runs)).trained
+        if succeeded <= set(trained):
+            return
+        await asyncio.sleep(2.0)
+
+
+async def start_extras(args: argparse.Namespace, pipe: Pipeline, door: SqlDoor,
+                       data_dir: Path) -> tuple[Optional[Learner], Optional[FrontDoor], Optional[TcpProxy]]:  # fmt: skip
+    """The learner, the front door and the proxy in front of the SQL door, on a started pipeline."""
+    assert pipe.stack is not None
+    env = pipe.stack.env()
+    learner = front = proxy = None
+    if args.learner:
+        model = await asyncio.to_thread(tiny_model, data_dir)
+        learner = Learner(env, data_dir / "learner", model).start()
+    if args.front_door:
+        proxy = TcpProxy(door.proxy_port, "127.0.0.1", door.port)
+        await proxy.start()
+        front = FrontDoor(env, door, data_dir / "logs")
+        front.start()
+        if not await asyncio.to_thread(front.wait_for_log, "Application startup complete", 120):
+            raise RuntimeError(f"the front door did not start:\n{front.tail(40)}")
+    return learner, front, proxy
+
+
 async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    pipe = await Pipeline(data_dir / "agl", partitions=4, brokers=args.brokers, processor_args=PROCESSOR_ARGS,
-                          node_proxies=args.brokers > 1, processors_replicas=args.processors_replicas).start()  # fmt: skip
+    door = SqlDoor()
+    pipe = await ProcessorEnvPipeline(data_dir / "agl", processor_env=door.processor_env(), partitions=4,
+                                      brokers=args.brokers, processor_args=PROCESSOR_ARGS, node_proxies=args.brokers > 1,
+                                      processors_replicas=args.processors_replicas).start()  # fmt: skip
     applied, timeline = Applied(), []
+    learner: Optional[Learner] = None
+    front: Optional[FrontDoor] = None
+    door_proxy: Optional[TcpProxy] = None
+    stats = DoorStats()
+    via_door: set[str] = set()
     try:
         for i in range(args.runner_hosts):
             pipe.start_runner(concurrency=4, name=f"runners-{i}")
-        executor = Executor(pipe)
+        learner, front, door_proxy = await start_extras(args, pipe, door, data_dir)
+        extra = [s for s in (learner, front) if s is not None]
+        executor = Executor(pipe, extra, door_proxy)
         faults = make_schedule(args.seed, args.duration, args.every, executor.targets(), quiet_tail=15.0)
         print(format_schedule(args.seed, faults), flush=True)
         assert pipe.settings is not None
         enq = Enqueued()
+        client = DoorClient(front.url, stats) if front is not None else None
         async with StoreClient(pipe.settings) as store:
             t0 = time.monotonic()
-            sampler = asyncio.create_task(sample_throughput(store, enq, t0, timeline))
-            supervisor = asyncio.create_task(executor.restart_crashed(t0))
-            tasks = make_tasks(args.rollouts, seed=args.seed, sleep=0.02, prefix=f"nemesis{args.seed}")
-            await asyncio.gather(feed(store, tasks, enq, spread=max(1.0, args.duration - 20.0)),
+            background = [asyncio.create_task(sample_throughput(store, enq, t0, timeline)),
+                          asyncio.create_task(executor.restart_crashed(t0))]  # fmt: skip
+            if client is not None:
+                background.append(asyncio.create_task(
+                    sample_reads(client, lambda: succeeded_ids(store, enq), enq, via_door, args.seed)))  # fmt: skip
+            prefix = f"nemesis{args.seed}"
+            tasks = make_tasks(args.rollouts, seed=args.seed, sleep=0.02, prefix=prefix,
+                               tokens=TOKENS if learner is not None else 0)  # fmt: skip
+            await asyncio.gather(feed(store, client, tasks, enq, via_door, spread=max(1.0, args.duration - 20.0), prefix=prefix),
                                  run_schedule(executor, faults, t0, applied))  # fmt: skip
-            done = await store.wait_for_rollouts(rollout_ids=list(enq.tasks), timeout=args.timeout)
-            sampler.cancel()
+            print(f"  schedule done at {time.monotonic() - t0:6.1f} s; waiting for every rollout", flush=True)
+            native = [rid for rid in enq.tasks if rid not in via_door]
+            waits = [store.wait_for_rollouts(rollout_ids=native, timeout=args.timeout)]
+            if client is not None:
+                waits.append(wait_through_door(client, sorted(via_door), timeout=args.timeout))
+            done_native, *done_door = await asyncio.gather(*waits)
+            not_terminal = len(native) - len(done_native) + (len(via_door) - len(done_door[0]) if done_door else 0)
+            background[0].cancel()
+            print(f"  rollouts terminal at {time.monotonic() - t0:6.1f} s ({not_terminal} not); draining", flush=True)
             await pipe.wait_drained(timeout=180, check_alive=False)  # the supervisor task restarts what exits
-            supervisor.cancel()
-        not_terminal = len(enq.tasks) - len(done)
+            succeeded = set(succeeded_ids(store, enq))
+            if learner is not None:
+                print(f"  drained at {time.monotonic() - t0:6.1f} s; the learner catches up", flush=True)
+                await wait_learner(learner, succeeded, timeout=300)
+                print(f"  learner done at {time.monotonic() - t0:6.1f} s", flush=True)
+            for task in background:
+                task.cancel()
+            if client is not None:
+                await client.close()
+        if learner is not None:  # a graceful stop checkpoints what it trained; the audit reads the checkpointed history
+            await asyncio.to_thread(learner.stop, 60)
+        if front is not None:
+            await asyncio.to_thread(front.stop)
         await asyncio.to_thread(pipe.stop_runners)
         await asyncio.to_thread(pipe.stop_processors)
         result = audit(pipe.settings.effective_clickhouse_dsn, enq)
+        learned: dict[str, Any] = {}
+        if learner is not None:
+            # the history a next run would keep: every run, then a resume from the latest checkpoint
+            history = audit_learner([*learner.runs(), (learner.latest_checkpoint_step(), [])])
+            learned = learner_summary(learner, history, succeeded)
     finally:
+        for service in (learner, front):
+            if service is not None:
+                await asyncio.to_thread(service.stop)
+        if door_proxy is not None:
+            await door_proxy.stop()
         await pipe.stop()
+    door_section = {**stats.__dict__, "via_door": len(via_door)} if front is not None else {}
+    learner_clean = not learned or (not learned["problems"] and learned["steps"] > 0
+                                    and (learned["untrained"] == 0 or result.failed > 0))  # fmt: skip
+    door_clean = not door_section or (not stats.wrong_reads and not stats.failed_requests
+                                      and stats.waited == len(via_door))  # fmt: skip
     return {"seed": args.seed, "duration": args.duration, "rollouts": args.rollouts, "every": args.every,
             "brokers": args.brokers, "runner_hosts": args.runner_hosts,
             "processors_replicas": args.processors_replicas, "schedule": to_json(faults),
             "applied": applied.faults, "crashes": executor.crashes, "not_terminal": not_terminal, "audit": result.__dict__,
-            "clean": clean(result) and not_terminal == 0, "timeline": timeline}  # fmt: skip
+            "learner": learned, "front_door": door_section,
+            "clean": clean(result) and not_terminal == 0 and learner_clean and door_clean, "timeline": timeline}  # fmt: skip
 
 
 def clean(result: Audit) -> bool:
@@ -274,6 +399,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--processors-replicas", type=int, default=2,
                         help="processors services: the first runs every app, the others the state machine and triplets")
     parser.add_argument("--runner-hosts", type=int, default=2, help="runner services (hosts)")
+    parser.add_argument("--learner", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the learner (the tiny model) on the triplets, and audit its checkpointed history")
+    parser.add_argument("--front-door", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the store front door; half the rollouts go through it, their spans read back")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every rollout after the run")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule for these targets and exit")
     parser.add_argument("--json", type=Path, default=None, help="write the schedule, what was applied and the audit here")
@@ -285,10 +414,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.schedule_only:
-        processes = ["processors", *(f"processors-{i}" for i in range(1, args.processors_replicas)),
-                     *(f"runners-{i}" for i in range(args.runner_hosts))]
+        processes = process_names(args.processors_replicas, args.runner_hosts, learner=args.learner,
+                                  front_door=args.front_door)  # fmt: skip
         targets = targets_for(processes, links="single" if args.brokers == 1 else "nodes",
-                              broker_nodes=list(range(1, args.brokers + 1)))  # fmt: skip
+                              broker_nodes=list(range(1, args.brokers + 1)), sql_door=args.front_door)  # fmt: skip
         print(format_schedule(args.seed, make_schedule(args.seed, args.duration, args.every, targets, quiet_tail=15.0)))
         return 0
     if args.data_dir is not None:
@@ -309,6 +438,19 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"lost {a['lost']}, duplicated {a['duplicates']}, not terminal {result['not_terminal']}, "
           f"{len(result['applied'])} faults, {len(result['crashes'])} crashes restarted "
           f"-> {'clean' if result['clean'] else 'NOT CLEAN'}")  # fmt: skip
+    if result["learner"]:
+        ln = result["learner"]
+        print(f"  learner: {ln['runs']} run(s), {ln['steps']} checkpointed steps, {ln['trained_rollouts']} rollouts "
+              f"trained, {ln['twice']} twice, {ln['untrained']} succeeded but untrained")  # fmt: skip
+        for problem in ln["problems"][:10]:
+            print("  learner problem:", problem)
+    if result["front_door"]:
+        fd = result["front_door"]
+        print(f"  front door: {fd['via_door']} rollouts through it, {fd['waited']} waited terminal, {fd['reads']} span "
+              f"reads checked, {len(fd['wrong_reads'])} wrong, {fd['retries']} requests retried, "
+              f"{fd['unanswered_batches']} enqueue batches unanswered, {len(fd['failed_requests'])} failed")  # fmt: skip
+        for wrong in [*fd["wrong_reads"], *fd["failed_requests"]][:10]:
+            print("  front door problem:", wrong)
     for problem in a["problems"][:20]:
         print("  problem:", problem)
     return 0 if result["clean"] else 1

@@ -141,3 +141,28 @@ def test_an_owned_engine_without_a_door_is_one_clear_line(owner: str) -> None:
     migrate_owned = agl("clickhouse", "migrate", "--dsn", owner)
     assert migrate_owned.returncode == 1 and "Traceback" not in migrate_owned.stderr
     assert migrate_owned.stderr.strip().splitlines() == [migrate_owned.stderr.strip()] and "need it idle" in migrate_owned.stderr
+
+
+def test_a_reader_whose_door_went_away_says_unavailable(settings: Settings) -> None:
+    """A front door reading spans through the SQL door, cut off from it (the nemesis's ``sql-door``
+    partition): the reader raises SpanReaderUnavailable (a 503 with Retry-After), not a bare driver error."""
+    import asyncio
+
+    from agl_stream.client import SpanReaderUnavailable
+    from agl_stream.client.clickhouse_reader import ClickHouseSpanReader
+
+    dsn = settings.effective_clickhouse_dsn
+    args = [sys.executable, "-m", "tests.processors.clickhouse.engine_owner", dsn, "--door"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    reader = ClickHouseSpanReader(dsn)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert asyncio.run(reader.count_spans()) > 0
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(30)
+        with pytest.raises(SpanReaderUnavailable, match="unreachable"):
+            asyncio.run(reader.count_spans())
+    finally:
+        proc.kill()
+        proc.wait(30)

@@ -397,3 +397,33 @@ async def test_an_attempt_waiting_for_its_decision_holds_its_trajectory_not_its_
         (trajectory,) = await read(topics, "triplets", Trajectory, 1)
     assert (trajectory.decision, trajectory.rollout_status) == ("final", "succeeded")
     assert trajectory.triplets == waiting.trajectory.triplets
+
+
+async def test_every_group_member_holds_the_same_partitions_of_spans_and_attempts(settings: Settings) -> None:
+    """Three members of the triplets group (a restarted replica beside its killed predecessor's session is
+    three): each must hold partition p of both topics, or it adapts attempts without their spans. Found by
+    the nemesis (six trajectories with no triplets); aiokafka's default round-robin assignor splits them."""
+    from agl_stream_processors.triplets.processor import check_co_partitioned, triplets_consumer
+    from agl_stream_topics.admin import ensure_topics
+
+    settings = settings.model_copy(update={"partitions": 4})
+    assert (await ensure_topics(settings, strict=True)).ok
+    group = f"{settings.topic_prefix}-triplets"
+    members = [triplets_consumer(settings, group, max_poll_records=10) for _ in range(3)]
+    spans, attempts = settings.topic("spans"), settings.topic("attempts")
+    try:
+        for member in members:
+            await member.start()
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:  # until the group settled: every partition of both topics held by exactly one member
+            await asyncio.gather(*(m.getmany(timeout=0.2) for m in members))
+            held = [tp for m in members for tp in m.raw.assignment()]
+            if len(held) == len(set(held)) == 8:
+                break
+            assert asyncio.get_running_loop().time() < deadline, held
+        for member in members:
+            check_co_partitioned(member.raw.assignment(), spans, attempts)  # raises when split
+        assert sum(bool(m.raw.assignment()) for m in members) >= 2  # the work is spread, not all on one
+    finally:
+        for member in members:
+            await member.stop(commit=False)
