@@ -45,8 +45,12 @@ kafka:
 demo: setup
 	$(BIN)/python -m examples.demo
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (each its own local broker); most tests wait on brokers,
+# processes and timers rather than compute, so two workers on a 2-core CI machine roughly halve the wall time.
+# TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test: setup browser upstream frameworks-venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 # Upstream Agent Lightning 0.3.0 in a side venv (never a dependency): the drop-in tests run its own
 # store client, runners and module list against agl-stream. About 70 s once, from the registries.

@@ -29,7 +29,7 @@ RETRY_FOR = 300.0
 class DoorStats:
     enqueued: int = 0  # rollouts the front door acknowledged (ids known, audited)
     enqueue_retries: int = 0  # enqueue requests retried after no answer or an error answer
-    unanswered_batches: int = 0  # batches retried after no answer: maybe accepted too (copies not audited)
+    unanswered_batches: int = 0  # batches sent but not answered, then retried: maybe accepted too (copies not audited)
     retries: int = 0  # every retried request
     reads: int = 0  # span reads that answered and were checked
     wrong_reads: list[str] = field(default_factory=list)
@@ -57,11 +57,12 @@ class DoorClient:
                     response.raise_for_status()  # a 4xx is our mistake: the run stops here
                     return response.json()
                 last = f"{response.status_code} {response.text[:200]}"
+                failure: Any = response.status_code
             except (httpx.TransportError, httpx.TimeoutException) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last, failure = f"{type(exc).__name__}: {exc}", exc
             self.stats.retries += 1
             if on_retry is not None:
-                on_retry(last)
+                on_retry(failure)
             await asyncio.sleep(1.0)
         self.stats.failed_requests.append(f"{method} {path}: {last}")
         return None
@@ -70,14 +71,19 @@ class DoorClient:
 async def enqueue_through_door(door: DoorClient, items: list[dict[str, Any]], tasks: list[dict[str, Any]],
                                enq: Enqueued, via_door: set[str]) -> None:  # fmt: skip
     """Enqueue one batch through the front door; a retry after no answer renames the groups (see the module)."""
-    attempt = 0
+    attempt, unanswered = 0, False
 
-    def retried(why: str) -> None:
-        nonlocal attempt
-        attempt += 1
+    def retried(failure: Any) -> None:
+        nonlocal attempt, unanswered
         door.stats.enqueue_retries += 1
-        if not why[:3].isdigit():  # no answer (not an HTTP status): the front door may have published the batch
+        # a refused connection sent nothing; anything else may have published some of the batch (no answer, or
+        # a 5xx after part of it reached the broker): the copies must not join the retried rollouts' groups
+        if isinstance(failure, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return
+        if isinstance(failure, Exception) and not unanswered:
             door.stats.unanswered_batches += 1
+            unanswered = True
+        attempt += 1
         for item in items:
             item["metadata"]["group_id"] = f"{item['metadata']['group_id'].split('~')[0]}~r{attempt}"
 
