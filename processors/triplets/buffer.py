@@ -14,6 +14,14 @@ Pure bookkeeping (no Kafka), driven by the processor with a monotonic clock:
 * spans whose attempt never finishes are **abandoned** after ``orphan_seconds`` (the runner died;
   the state machine requeues the rollout as a new attempt) and dead-lettered, so memory stays bounded.
 
+What the buffer remembers about adapted attempts is per partition, and a partition that moves away
+takes it along (:meth:`AttemptBuffer.drop_partitions`): its uncommitted records are redelivered to the
+new owner, and if the partition comes back, to this one again, which must then treat them as a new
+owner does (the restore on assignment), not as late repeats of an attempt it adapted but maybe never
+emitted. Remembering across the move lost trajectories under the nemesis: the redelivered ``finished``
+event was taken as a handled duplicate, the spans dead-lettered as late and committed, and a later
+owner adapted the rest after the grace period (partial trajectories) or nothing at all.
+
 Each buffered item carries an opaque token (the Kafka record) handed back so the caller can mark
 the source records done only once the trajectory (or dead letter) is acknowledged.
 """
@@ -93,8 +101,9 @@ class AttemptBuffer:
         self.late_window_seconds = late_window_seconds
         self.max_remembered = max_remembered
         self.pending: dict[AttemptKey, PendingAttempt] = {}
-        self._adapted: OrderedDict[bytes, float] = OrderedDict()  # digest -> when, oldest first
-        self._restored: OrderedDict[bytes, float] = OrderedDict()  # adapted before a restart
+        # digest -> (when, partition), oldest first: attempts adapted here, and adapted before a restart
+        self._adapted: OrderedDict[bytes, tuple[float, Optional[int]]] = OrderedDict()
+        self._restored: OrderedDict[bytes, tuple[float, Optional[int]]] = OrderedDict()
 
     # ------------------------------------------------------------------ input
 
@@ -109,14 +118,12 @@ class AttemptBuffer:
         key = _digest(rollout_id, attempt_id)
         return key in self._adapted or key in self._restored
 
-    def restore_adapted(self, rollout_id: str, attempt_id: str, now: float) -> None:
+    def restore_adapted(self, rollout_id: str, attempt_id: str, now: float, partition: Optional[int] = None) -> None:
         """An attempt adapted before a restart (its ``finished`` event is committed): its spans may be redelivered."""
         key = _digest(rollout_id, attempt_id)
-        self._restored[key] = now
+        self._restored[key] = (now, partition)
         self._restored.move_to_end(key)
-        horizon = now - self.late_window_seconds
-        while self._restored and (next(iter(self._restored.values())) < horizon or len(self._restored) > self.max_remembered):
-            self._restored.popitem(last=False)
+        self._expire(self._restored, now)
 
     def add_span(self, span: Span, token: Any, partition: Optional[int], now: float) -> SpanOutcome:
         key = _digest(span.rollout_id, span.attempt_id)
@@ -166,7 +173,9 @@ class AttemptBuffer:
         ]
         for item in ready:
             del self.pending[item.key]
-            self._remember(_digest(*item.key), now)
+            self._adapted[_digest(*item.key)] = (now, item.partition)
+            self._adapted.move_to_end(_digest(*item.key))
+        self._expire(self._adapted, now)
         return ready
 
     def take_abandoned(self, now: float) -> list[PendingAttempt]:
@@ -181,22 +190,24 @@ class AttemptBuffer:
         return abandoned
 
     def drop_partitions(self, keep: Iterable[int]) -> list[PendingAttempt]:
-        """Forget attempts of partitions this consumer no longer owns (their records are redelivered)."""
+        """Forget attempts of partitions this consumer no longer owns (their records are redelivered), and what
+        it remembers about their adapted attempts (see the module's docstring)."""
         owned = set(keep)
         dropped = [item for item in self.pending.values() if item.partition is not None and item.partition not in owned]
         for item in dropped:
             del self.pending[item.key]
+        for remembered in (self._adapted, self._restored):
+            for key in [k for k, (_, partition) in remembered.items() if partition is not None and partition not in owned]:
+                del remembered[key]
         return dropped
 
-    def _remember(self, key: bytes, now: float) -> None:
-        self._adapted[key] = now
-        self._adapted.move_to_end(key)
+    def _expire(self, remembered: "OrderedDict[bytes, tuple[float, Optional[int]]]", now: float) -> None:
         horizon = now - self.late_window_seconds
-        while self._adapted:
-            oldest_key, when = next(iter(self._adapted.items()))
-            if when >= horizon and len(self._adapted) <= self.max_remembered:
+        while remembered:
+            when, _ = next(iter(remembered.values()))
+            if when >= horizon and len(remembered) <= self.max_remembered:
                 break
-            del self._adapted[oldest_key]
+            remembered.popitem(last=False)
 
     # ------------------------------------------------------------------ sizes (health)
 

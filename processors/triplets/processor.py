@@ -318,21 +318,24 @@ class TripletProcessor:
         consumer.assignment_changed.clear()
         check_co_partitioned(consumer.raw.assignment(), self.spans_topic, self.attempts_topic)
         owned = {tp.partition for tp in consumer.raw.assignment()}
-        self._spans_progress.keep(owned)
-        moved = len(self.buffer.drop_partitions(owned))
-        for key, (item, _) in list(self._awaiting.items()):
-            if item.partition is not None and item.partition not in owned:
-                del self._awaiting[key]  # its records are redelivered to the new owner, which decides again
-                moved += 1
-        if moved:
-            logger.info("triplets: %d buffered attempts moved to another group member", moved)
-        self._deferred = [entry for entry in self._deferred if all(consumer.owns(r) for r in entry[0])]
-        gained, self._owned = sorted(owned - self._owned), owned
-        if gained:
-            restored = await self._restore_adapted(consumer, gained)
+        # aiokafka's rebalances are eager: every partition was revoked, and the new assignment's uncommitted
+        # records are all delivered again from the committed offsets, a partition this member keeps included.
+        # So this member starts over on all of them, as a new owner (or a restart) does: nothing buffered,
+        # awaiting or remembered survives (a remembered attempt would take its redelivered 'finished' for a
+        # handled repeat and commit it before its trajectory exists), and the restore below runs for every
+        # partition. In-flight trajectories may be published twice; their consumers dedupe.
+        self._spans_progress.keep(set())  # positions went back to the committed offsets
+        dropped = len(self.buffer.drop_partitions(())) + len(self._awaiting)
+        self._awaiting.clear()
+        self._deferred = []  # their records belong to the ended tenure (the tracker forgot them)
+        if dropped:
+            logger.info("triplets: %d buffered attempts start over after a rebalance", dropped)
+        self._owned = owned
+        if owned:
+            restored = await self._restore_adapted(consumer, sorted(owned))
             self.counts["restored_adapted"] += restored
             if restored:
-                logger.info("triplets: %d attempts adapted before a restart may have spans replayed", restored)
+                logger.info("triplets: %d attempts adapted before the rebalance may have spans replayed", restored)
 
     async def _restore_adapted(self, consumer: RecordConsumer, partitions: list[int]) -> int:
         """Mark attempts whose ``finished`` is committed but whose spans may be redelivered as adapted."""
@@ -361,7 +364,7 @@ class TripletProcessor:
                     except RecordError:
                         continue  # dead-lettered when it was first consumed
                     if event.kind == "finished":
-                        self.buffer.restore_adapted(event.rollout_id, event.attempt_id, now)
+                        self.buffer.restore_adapted(event.rollout_id, event.attempt_id, now, partition)
                         restored += 1
         finally:
             await reader.stop()

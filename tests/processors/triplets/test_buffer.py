@@ -80,3 +80,24 @@ def test_grace_period_ends_when_the_spans_are_read_past_it() -> None:
     assert buf.take_ready(now=500.0, read_through=1004.0) == []  # the wall clock is far past; the spans are not
     (item,) = buf.take_ready(now=501.0, read_through=1005.0)
     assert not item.complete
+
+
+def test_a_partition_that_moves_away_takes_what_was_remembered_about_its_attempts() -> None:
+    """Its records are redelivered; if the partition comes back they must be taken as a new owner takes them
+    (seen in the nemesis: a remembered attempt's redelivered 'finished' taken for a handled repeat, its spans
+    dead-lettered as late, the trajectory never emitted or emitted from the rest of its spans)."""
+    buf = AttemptBuffer()
+    for i in (1, 2):
+        buf.add_span(span(i), f"s{i}", 0, now=0.0)
+    buf.add_finished(finished(2), "f", 0, now=0.0)
+    other = "at-00000002"
+    buf.add_span(span(1, attempt=other), "o1", 1, now=0.0)
+    buf.add_finished(finished(1, attempt=other), "of", 1, now=0.0)
+    assert {i.attempt_id for i in buf.take_ready(now=1.0)} == {A, other}
+    buf.restore_adapted(R, "at-00000003", now=1.0, partition=0)
+    assert buf.add_span(span(1), "again", 0, now=2.0) is SpanOutcome.LATE  # still ours: a late repeat
+    buf.drop_partitions(keep=[1])  # partition 0 moved away
+    assert buf.add_span(span(1), "redelivered", 0, now=3.0) is SpanOutcome.BUFFERED
+    assert buf.add_finished(finished(2), "f-again", 0, now=3.0)
+    assert buf.add_span(span(1, attempt="at-00000003"), "r3", 0, now=3.0) is SpanOutcome.BUFFERED
+    assert buf.add_span(span(1, attempt=other), "o-again", 1, now=3.0) is SpanOutcome.LATE  # partition 1 stayed
