@@ -360,9 +360,12 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         result = audit(pipe.settings.effective_clickhouse_dsn, enq)
         learned: dict[str, Any] = {}
         if learner is not None:
-            # the history a next run would keep: every run, then a resume from the latest checkpoint
-            history = audit_learner([*learner.runs(), (learner.latest_checkpoint_step(), [])])
-            learned = learner_summary(learner, history, succeeded)
+            # the checkpointed history (every run, then a resume from the latest checkpoint) is the one audited for
+            # continuity and doubles; the learner has no graceful stop (a restart retrains what followed its last
+            # checkpoint), so "trained" counts the last run's steps after it too
+            runs = learner.runs()
+            history = audit_learner([*runs, (learner.latest_checkpoint_step(), [])])
+            learned = learner_summary(learner, history, succeeded, trained=set(audit_learner(runs).trained))
     finally:
         for service in (learner, front):
             if service is not None:

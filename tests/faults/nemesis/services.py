@@ -135,11 +135,13 @@ class Learner(ServiceProcess):
         return sum(len(history) for _, history in self.runs())
 
 
-def learner_summary(learner: Optional[Learner], audit: Any, succeeded_train: set[str]) -> dict[str, Any]:
-    """The learner's section of the result: its audit, and succeeded rollouts it never trained."""
+def learner_summary(learner: Optional[Learner], audit: Any, succeeded_train: set[str], *,
+                    trained: set[str]) -> dict[str, Any]:  # fmt: skip
+    """The learner's section of the result: the audit of its checkpointed history, and succeeded rollouts it
+    never trained (``trained``: in any step of the runs as they ended)."""
     if learner is None:
         return {}
-    untrained = sorted(succeeded_train - set(audit.trained))
+    untrained = sorted(succeeded_train - trained)
     return {"runs": len(learner.resumed_from), "resumed_from": learner.resumed_from, "steps": len(audit.steps),
             "trained_rollouts": len(audit.trained), "twice": audit.duplicates, "untrained": len(untrained),
             "untrained_sample": untrained[:20], "problems": audit.problems}  # fmt: skip
