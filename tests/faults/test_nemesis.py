@@ -41,6 +41,6 @@ async def test_a_short_nemesis_run_loses_and_doubles_nothing(seed: int, workdir:
     assert not learner["problems"] and learner["twice"] == 0, learner["problems"]
     assert learner["steps"] > 0, learner
     # Not asserted yet (reported, and the command's verdict counts it): every succeeded rollout trained. In 1 of
-    # 3 runs on this code the restarted learner never completed one group of four (issue 32's note): open.
+    # 4 runs on this code the restarted learner never completed one group of four (issue 32's note): open.
     assert door["via_door"] > 0 and door["waited"] == door["via_door"], door
     assert not door["wrong_reads"] and not door["failed_requests"], door
