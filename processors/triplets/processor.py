@@ -152,7 +152,6 @@ class TripletProcessor:
         self._fatal: Optional[BaseException] = None
         self._in_flight = 0
         self._group_id = ""
-        self._owned: set[int] = set()
         # (finished records, span records) of acknowledged trajectories whose finished is not committed yet
         self._deferred: list[tuple[list[ConsumerRecord], list[RecordRef]]] = []
         self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
@@ -330,7 +329,6 @@ class TripletProcessor:
         self._deferred = []  # their records belong to the ended tenure (the tracker forgot them)
         if dropped:
             logger.info("triplets: %d buffered attempts start over after a rebalance", dropped)
-        self._owned = owned
         if owned:
             restored = await self._restore_adapted(consumer, sorted(owned))
             self.counts["restored_adapted"] += restored

@@ -183,6 +183,15 @@ async def test_checkpoint_kill_resume_continues_version_and_offsets(topics: Sett
         await second.stop()
 
 
+def checkpointing_learner(settings: Settings, tiny_model_dir, cfg: BatcherConfig, ckpt_dir) -> Learner:  # type: ignore[no-untyped-def]
+    """A learner on the tiny model that checkpoints every step into ``ckpt_dir`` (a fresh policy each call)."""
+    from agl_stream_trainer.models import load_model_and_tokenizer
+
+    model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    return Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
+                   checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=1)
+
+
 @pytest.mark.parametrize("committed", [True, False], ids=["position-committed", "nothing-committable"])
 async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position(settings: Settings, tiny_model_dir,
                                                                                  committed: bool) -> None:  # fmt: skip
@@ -191,7 +200,6 @@ async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position
     records it already trained, or at the partition's start when nothing was committable yet. The
     resumed learner replays from the position and must not train those records a second time."""
     from agl_stream_topics.admin import ensure_topics
-    from agl_stream_trainer.models import load_model_and_tokenizer
 
     settings = settings.model_copy(update={"partitions": 1})  # one partition: offsets follow the produce order
     assert (await ensure_topics(settings, strict=True)).ok
@@ -203,9 +211,7 @@ async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position
     ckpt_dir = settings.data_dir / "ckpt"
 
     def learner() -> Learner:
-        model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
-        return Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
-                       checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=1)
+        return checkpointing_learner(settings, tiny_model_dir, cfg, ckpt_dir)
 
     first = learner()
     await first.start()
@@ -271,7 +277,6 @@ async def test_a_trajectory_published_again_after_a_checkpoint_is_not_trained_ag
     """A triplet processor that restarts publishes some trajectories again, maybe long after their group
     trained and checkpointed: the resumed learner knows them from the checkpoint (``settled_rollouts``)."""
     from agl_stream_topics.admin import ensure_topics
-    from agl_stream_trainer.models import load_model_and_tokenizer
 
     settings = settings.model_copy(update={"partitions": 1})
     assert (await ensure_topics(settings, strict=True)).ok
@@ -281,9 +286,7 @@ async def test_a_trajectory_published_again_after_a_checkpoint_is_not_trained_ag
     ckpt_dir = settings.data_dir / "ckpt"
 
     def learner() -> Learner:
-        model, tokenizer, _ = load_model_and_tokenizer(str(tiny_model_dir))
-        return Learner(settings, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(), cfg,
-                       checkpoints=CheckpointManager(ckpt_dir), checkpoint_every=1)
+        return checkpointing_learner(settings, tiny_model_dir, cfg, ckpt_dir)
 
     first = learner()
     await first.start()

@@ -131,9 +131,6 @@ class Learner(ServiceProcess):
             out.append((resumed_from, read_jsonl_metrics(path) if path.exists() else []))
         return out
 
-    def steps_reported(self) -> int:
-        return sum(len(history) for _, history in self.runs())
-
 
 def learner_summary(learner: Optional[Learner], audit: Any, succeeded_train: set[str], *,
                     trained: set[str]) -> dict[str, Any]:  # fmt: skip
