@@ -31,7 +31,23 @@ logger = logging.getLogger(__name__)
 #: tenures per partition whose commit-on-revoke offset is remembered (a claim spans at most a few rebalances)
 _TENURES_KEPT = 8
 
+#: the tag of this consumer's commit metadata: ``agl1:<generation>:<committed offset when the tenure began>``
+_METADATA = "agl1"
+#: seconds a consumer gives the group coordinator to answer an offset fetch
+_RESOLVE_TIMEOUT = 10.0
+
 M = TypeVar("M", bound=BaseModel)
+
+
+def _parse_metadata(metadata: Optional[str]) -> Optional[tuple[int, Optional[int]]]:
+    """(generation, tenure start or None) from :meth:`RecordConsumer.commit_metadata`; None if not ours."""
+    parts = (metadata or "").split(":")
+    if len(parts) != 3 or parts[0] != _METADATA:
+        return None
+    try:
+        return int(parts[1]), (int(parts[2]) if parts[2] else None)
+    except ValueError:
+        return None
 
 
 async def read_to_fetched_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
@@ -43,6 +59,22 @@ async def read_to_fetched_end(consumer: AIOKafkaConsumer, tp: TopicPartition) ->
     """
     highwater = consumer.highwater(tp)
     return highwater is not None and await consumer.position(tp) >= highwater
+
+
+def claim_outcome(offset: int, generation: int, committed: Optional[OffsetAndMetadata]) -> Optional[bool]:
+    """Whether the record at ``offset``, claimed in ``generation``, is committed by that claim (the rules of
+    :meth:`RecordConsumer.claim_landed`); ``committed``: the group's committed offset now, with its metadata."""
+    if committed is None or committed.offset <= offset:
+        return False
+    parsed = _parse_metadata(committed.metadata)
+    if parsed is None:
+        return None
+    committed_in, started_at = parsed
+    if committed_in == generation:
+        return True
+    if committed_in == generation + 1 and started_at is not None:
+        return started_at > offset
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,6 +116,7 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
         self.owner.end_tenure(revoked)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self.owner.begin_tenure(list(assigned))
         self.owner.assignment_changed.set()
 
 
@@ -108,6 +141,10 @@ class RecordConsumer:
         self.revocations: dict[TopicPartition, int] = {}  # per partition: how often a rebalance took it away
         # per (partition, tenure): the offset this consumer had committed when the tenure ended
         self._committed_at_revoke: dict[tuple[TopicPartition, int], int] = {}
+        # per (partition, tenure): the group generation it was assigned in; per partition held now: the group's
+        # committed offset when the tenure began (None: unknown). Both go into every commit's metadata.
+        self._tenure_generation: dict[tuple[TopicPartition, int], int] = {}
+        self._tenure_start: dict[TopicPartition, Optional[int]] = {}
         self.assignment_changed = asyncio.Event()
         # what commits before a rebalance takes partitions away; None: :meth:`commit`. An owner whose offsets
         # go into a producer's transaction sets its own (a plain commit would claim records whose output an
@@ -226,6 +263,8 @@ class RecordConsumer:
             if committed is not None:
                 self._committed_at_revoke[(tp, tenure)] = committed
             self._committed_at_revoke.pop((tp, tenure - _TENURES_KEPT), None)
+            self._tenure_generation.pop((tp, tenure - _TENURES_KEPT), None)
+            self._tenure_start.pop(tp, None)
             self.revocations[tp] = tenure + 1
         self.tracker.forget(list(revoked))  # type: ignore[arg-type]
 
@@ -243,6 +282,68 @@ class RecordConsumer:
         if tenure == self.revocations.get(tp, 0):  # still the current tenure
             return self.is_committed(record)
         return self._committed_at_revoke.get((tp, tenure), -1) > record.offset
+
+    async def begin_tenure(self, assigned: Sequence[TopicPartition]) -> None:
+        """A rebalance gave this consumer ``assigned``: note the generation, and where the group's committed
+        offsets stood as the tenure began (what a claim left in doubt is resolved against)."""
+        generation = self._generation()
+        for tp in assigned:
+            self._tenure_generation[(tp, self.revocations.get(tp, 0))] = generation
+            self._tenure_start[tp] = None
+        if not assigned:
+            return
+        try:
+            committed = await asyncio.wait_for(self._consumer._coordinator.fetch_committed_offsets(list(assigned)),
+                                               _RESOLVE_TIMEOUT)  # fmt: skip
+        except Exception as exc:  # the commits of this tenure then say "start unknown"; nothing else depends on it
+            logger.warning("could not read the committed offsets of a new assignment: %r", exc)
+            return
+        for tp in assigned:
+            self._tenure_start[tp] = committed[tp].offset if tp in committed else -1
+
+    def _generation(self) -> int:
+        return int(getattr(self._consumer._coordinator, "generation", -1))  # aiokafka keeps it on its coordinator
+
+    def commit_metadata(self, tp: TopicPartition) -> str:
+        """What every commit of ``tp`` carries: :data:`_METADATA` with this tenure's generation and start."""
+        start = self._tenure_start.get(tp)
+        tenure = self.revocations.get(tp, 0)
+        return f"{_METADATA}:{self._tenure_generation.get((tp, tenure), -1)}:{'' if start is None else start}"
+
+    async def claim_landed(self, record: ConsumerRecord, tenure: int) -> Optional[bool]:
+        """Whether the group's committed offset covers ``record`` because of a commit made in ``tenure``.
+
+        For a claim whose commit failed as far as this consumer knows, and whose tenure ended before it
+        could learn better (:meth:`committed_in_tenure` False): the commit may have landed with its answer
+        lost. The group's committed offset and its metadata tell (:meth:`commit_metadata`):
+        - not past the record: nobody has it committed; its partition's owner is (re)delivered it: False;
+        - past it, committed in the tenure's own generation ``g`` (only this consumer commits the partition
+          then): the claim's commit (or the one on revoke) landed: True;
+        - past it, committed in generation ``g + 1``: the new owner's tenure started where the group stood
+          when ``g`` ended; past the record there means covered by ``g``'s commits (True), else the new
+          owner was given the record (False);
+        - anything else (a later generation, metadata not ours, the offsets unreadable): None, unknown.
+        """
+        tp = TopicPartition(record.topic, record.partition)
+        generation = self._tenure_generation.get((tp, tenure))
+        if generation is None or generation < 0:
+            return None
+        # Read once the group has a later generation: until then a commit of generation g still in flight (another
+        # claim's, retried by aiokafka) may land after the read. From g + 1 on, the coordinator refuses them.
+        deadline = time.monotonic() + _RESOLVE_TIMEOUT + self.settings.kafka_session_timeout_ms / 1000
+        while self._generation() <= generation and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if self._generation() <= generation:
+            logger.warning("the group did not reach a generation after %d in time", generation)
+            return None
+        try:
+            committed = await asyncio.wait_for(self._consumer._coordinator.fetch_committed_offsets([tp]),
+                                               _RESOLVE_TIMEOUT)  # fmt: skip
+        except Exception as exc:
+            logger.warning("could not read the committed offset of %s: %r", tp, exc)
+            return None
+        found = committed.get(tp)
+        return claim_outcome(record.offset, generation, found)
 
     def is_committed(self, record: ConsumerRecord) -> bool:
         """Whether this consumer committed an offset past ``record`` (it will not be redelivered)."""
@@ -272,7 +373,7 @@ class RecordConsumer:
         """Commit every partition up to its first unfinished record; returns what was committed."""
         offsets = self.committable()
         if offsets:
-            await self._consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in offsets.items()})  # type: ignore[misc]
+            await self._consumer.commit({tp: OffsetAndMetadata(off, self.commit_metadata(tp)) for tp, off in offsets.items()})  # type: ignore[misc]
             self.tracker.committed(offsets)  # type: ignore[arg-type]
         return offsets
 

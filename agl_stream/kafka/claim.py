@@ -10,10 +10,14 @@ rebalance commits what is done before giving a partition away, so a claim whose 
 (the broker was down) may be completed by that commit; then the record goes to nobody else and the
 claim holds.
 
-What stays open: a commit whose response is lost although it landed (the broker died between the
-two), followed by a rebalance whose own commit fails too. The task is then neither redelivered nor
-run; the state machine's watchdog (``unresponsive_seconds``) closes its attempt and retries it when
-the rollout's config asks for that.
+A commit whose response is lost although it landed (the broker died between the two), followed by a
+rebalance whose own commit fails too, leaves the claim in doubt: the record may be committed (then
+nobody else gets it) or not (then the partition's next owner does). The group's committed offset settles
+it once the group has moved on a generation (:meth:`RecordConsumer.claim_landed`: every commit carries
+its generation and where its tenure began). Where even that cannot tell (the coordinator unreachable for
+10 s, or two generations passed), the claim is given up and logged as an error; should it have landed, the
+state machine's watchdog (``unresponsive_seconds``) closes its attempt and retries it when the rollout's
+config asks for that.
 
 Shared by :class:`~agl_stream.runner.LitAgentRunner` and by ``StoreClient.dequeue_rollout`` (a
 hand-written runner is a member of the same consumer group and claims the same way).
@@ -79,6 +83,15 @@ async def claim_record(
             if consumer.committed_in_tenure(record, owner):  # type: ignore[arg-type]
                 logger.info("the claim of %s was committed by the rebalance that took its partition; it holds", what)
                 return True
+            # A failed commit may have landed with its answer lost: the group's committed offset tells.
+            landed = await consumer.claim_landed(record, owner)  # type: ignore[arg-type]
+            if landed:
+                logger.info("the claim of %s had landed though its commit seemed to fail; it holds", what)
+                return True
+            if landed is None:
+                logger.error("the claim of %s is in doubt (the group's committed offset could not settle it): giving it "
+                             "up; if it had landed, the state machine's watchdog retries its attempt "
+                             "(RolloutConfig.unresponsive_seconds)", what)  # fmt: skip
             return False
         try:
             await commit()

@@ -152,6 +152,79 @@ async def test_a_claim_whose_commit_failed_holds_when_the_rebalance_commits_it(t
         await asyncio.gather(first.stop(), second.stop())
 
 
+@pytest.mark.parametrize("landed", [True, False], ids=["commit-landed", "commit-lost"])
+async def test_a_claim_whose_commit_answer_was_lost_is_settled_by_the_groups_committed_offset(
+    topics: Settings, landed: bool
+) -> None:
+    """A claim's commit fails as far as its runner knows (the answer lost; it may have landed), and so does the
+    commit on revoke of the rebalance that takes the partition. The claim must hold exactly when the commit
+    landed: then nobody else is given the task; otherwise its partition's next owner is.
+
+    Before the fix the claim was given up in both cases: with the commit landed, nobody ran the task and the
+    rollout stayed ``preparing`` (seen after broker SIGKILLs in the chaos scenarios)."""
+    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.structs import OffsetAndMetadata
+
+    from agl_stream.broker import choose_local_broker
+    from agl_stream.kafka.claim import claim_record
+
+    if landed and choose_local_broker() != "kafka":
+        pytest.skip("Tansu answers OffsetFetch without the commit's metadata: a claim in doubt stays given up there")
+    topic = topics.topic("tasks")
+    async with RecordProducer(topics) as producer:
+        for value in (b"earlier", b"task"):
+            await producer.send_and_wait(topic, value, key="t", partition=0)
+    group = f"claim-in-doubt-{landed}"
+    first = RecordConsumer(topics, [topic], group_id=group)
+    await first.start()
+    second = RecordConsumer(topics, [topic], group_id=group)
+    try:
+        deadline = time.monotonic() + 60
+        got: list = []
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += await first.getmany(0.3)
+        earlier, record = got[0], got[1]
+        assert record.value == b"task"
+
+        async def report_started() -> None:
+            pass
+
+        # the earlier task is claimed cleanly: the group's committed offset (with its metadata) stops at the task
+        assert await claim_record(first, earlier, report_started, first.commit, "earlier", first.ownership(earlier))
+        tp = TopicPartition(topic, 0)
+
+        async def commit_with_the_answer_lost() -> None:
+            if landed:  # reaches the coordinator; the runner never hears back
+                await first.raw.commit({tp: OffsetAndMetadata(record.offset + 1, first.commit_metadata(tp))})
+            raise KafkaConnectionError("the answer was lost (simulated)")
+
+        async def revoke_commit_fails() -> None:
+            raise KafkaConnectionError("the broker is down (simulated for the commit on revoke)")
+
+        first.committer = revoke_commit_fails
+        claim = asyncio.create_task(claim_record(first, record, report_started, commit_with_the_answer_lost, "t",
+                                                 first.ownership(record)))  # fmt: skip
+        await asyncio.sleep(0.5)  # the claim is retrying its commit
+        await second.start()  # the group rebalances
+        redelivered: list = []
+        while not claim.done() and time.monotonic() < deadline:
+            for consumer in (first, second):
+                redelivered += [r for r in await consumer.getmany(0.2) if r.value == b"task"]
+        assert claim.done(), "the claim never settled"
+        assert claim.result() is landed
+        settle = time.monotonic() + 5
+        while time.monotonic() < settle and not (redelivered and not landed):
+            for consumer in (first, second):
+                redelivered += [r for r in await consumer.getmany(0.2) if r.value == b"task"]
+        if landed:
+            assert not redelivered, "the task was delivered again although its claim held"
+        else:
+            assert redelivered, "the task whose claim was given up reached nobody"
+    finally:
+        first.committer = None
+        await asyncio.gather(first.stop(), second.stop())
+
+
 async def test_a_record_fetched_before_its_partition_moved_away_and_back_cannot_be_claimed(topics: Settings) -> None:
     """A stale copy of a task (fetched in an earlier tenure) must not be claimed: its partition's new
     tenure redelivers the record from the committed offset, and only that delivery may run it."""

@@ -46,9 +46,9 @@ class DoorClient:
         await self.http.aclose()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Optional[dict[str, Any]] = None,
-                      on_retry: Optional[Any] = None) -> Optional[Any]:  # fmt: skip
-        """The answer's JSON, retried as upstream's client would; None once ``RETRY_FOR`` is spent."""
-        deadline = time.monotonic() + RETRY_FOR
+                      on_retry: Optional[Any] = None, retry_for: float = RETRY_FOR) -> Optional[Any]:  # fmt: skip
+        """The answer's JSON, retried as upstream's client would; None once ``retry_for`` seconds are spent."""
+        deadline = time.monotonic() + retry_for
         last = ""
         while time.monotonic() < deadline:
             try:
@@ -131,10 +131,12 @@ async def wait_through_door(door: DoorClient, rollout_ids: list[str], timeout: f
     """Wait (long polls of 10 s, retried through faults) until every rollout is terminal or ``timeout``."""
     pending, terminal = set(rollout_ids), set()
     deadline = time.monotonic() + timeout
-    while pending and time.monotonic() < deadline:
+    while pending and (left := deadline - time.monotonic()) > 0:
         for start in range(0, len(pending), 500):
             chunk = sorted(pending)[start : start + 500]
-            done = await door.request("POST", "/waits/rollouts", json={"rollout_ids": chunk, "timeout": 10.0})
+            # each request within the wait's own deadline: a front door that stays down ends the wait on time
+            done = await door.request("POST", "/waits/rollouts", json={"rollout_ids": chunk, "timeout": min(10.0, left)},
+                                      retry_for=max(1.0, left))  # fmt: skip
             terminal |= {r["rollout_id"] for r in done or []}
         pending -= terminal
     door.stats.waited = len(terminal)

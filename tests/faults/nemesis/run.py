@@ -36,7 +36,7 @@ from typing import Any, Optional
 from agl_stream.broker import KafkaBroker
 from agl_stream.client import StoreClient
 from agl_stream.service import ServiceProcess
-from agl_stream.types import RolloutConfig
+from agl_stream.types import TERMINAL_ROLLOUT_STATUSES, RolloutConfig
 from tests.agl_stream.runner.tcp_proxy import TcpProxy
 from tests.faults.audit import Audit, Enqueued, audit, audit_learner
 from tests.faults.harness import Pipeline, ProcessorEnvPipeline, make_tasks
@@ -269,6 +269,29 @@ async def sample_throughput(store: StoreClient, enq: Enqueued, t0: float, out: l
         await asyncio.sleep(1.0)
 
 
+def describe_stuck(store: StoreClient, enq: Enqueued) -> list[str]:
+    """Each rollout not terminal in the state machine's view: its status and its latest attempt's."""
+    out = []
+    for rid in list(enq.tasks):
+        snap = store.view.snapshot(rid)
+        if snap is None:
+            out.append(f"{rid}: unknown to the state machine")
+        elif snap.rollout.status not in TERMINAL_ROLLOUT_STATUSES:
+            a = snap.attempt
+            last = f"attempt {snap.attempts} {a.attempt_id} {a.status} on {a.worker_id}" if a is not None else "no attempt"
+            out.append(f"{rid}: {snap.rollout.status}, {last}, updated {time.time() - snap.updated_at:.0f} s ago")
+    return out
+
+
+async def report_waiting(store: StoreClient, enq: Enqueued, t0: float, every: float = 15.0) -> None:
+    """While the run waits for its last rollouts: how many are left, and the first few of them."""
+    while True:
+        await asyncio.sleep(every)
+        stuck = describe_stuck(store, enq)
+        print(f"  {time.monotonic() - t0:6.1f} s: {len(stuck)} rollouts not terminal"
+              + "".join(f"\n    {line}" for line in stuck[:3]), flush=True)  # fmt: skip
+
+
 async def wait_learner(learner: Learner, succeeded: set[str], timeout: float) -> None:
     """Until the learner's runs together trained every succeeded rollout (or ``timeout``; the audit says what not)."""
     deadline = time.monotonic() + timeout
@@ -306,6 +329,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     applied, timeline = Applied(), []
     learner: Optional[Learner] = None
     front: Optional[FrontDoor] = None
+    stuck: list[str] = []
     door_proxy: Optional[TcpProxy] = None
     stats = DoorStats()
     via_door: set[str] = set()
@@ -333,19 +357,30 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             await asyncio.gather(feed(store, client, tasks, enq, via_door, spread=max(1.0, args.duration - 20.0), prefix=prefix),
                                  run_schedule(executor, faults, t0, applied))  # fmt: skip
             print(f"  schedule done at {time.monotonic() - t0:6.1f} s; waiting for every rollout", flush=True)
+            # one deadline for everything after the schedule (rollouts, drain, learner): a run that cannot finish
+            # ends on time with what is stuck, instead of outliving its caller's patience
+            deadline = time.monotonic() + args.timeout
             native = [rid for rid in enq.tasks if rid not in via_door]
             waits = [store.wait_for_rollouts(rollout_ids=native, timeout=args.timeout)]
             if client is not None:
                 waits.append(wait_through_door(client, sorted(via_door), timeout=args.timeout))
-            done_native, *done_door = await asyncio.gather(*waits)
+            progress = asyncio.create_task(report_waiting(store, enq, t0))
+            try:
+                done_native, *done_door = await asyncio.gather(*waits)
+            finally:
+                progress.cancel()
             not_terminal = len(native) - len(done_native) + (len(via_door) - len(done_door[0]) if done_door else 0)
+            stuck = describe_stuck(store, enq)
+            for line in stuck[:20]:
+                print(f"  not terminal: {line}", flush=True)
             background[0].cancel()
             print(f"  rollouts terminal at {time.monotonic() - t0:6.1f} s ({not_terminal} not); draining", flush=True)
-            await pipe.wait_drained(timeout=180, check_alive=False)  # the supervisor task restarts what exits
+            left = lambda: max(30.0, deadline - time.monotonic())  # noqa: E731
+            await pipe.wait_drained(timeout=min(180.0, left()), check_alive=False)  # the supervisor task restarts what exits
             succeeded = set(succeeded_ids(store, enq))
             if learner is not None:
                 print(f"  drained at {time.monotonic() - t0:6.1f} s; the learner catches up", flush=True)
-                await wait_learner(learner, succeeded, timeout=300)
+                await wait_learner(learner, succeeded, timeout=min(300.0, left()))
                 print(f"  learner done at {time.monotonic() - t0:6.1f} s", flush=True)
             for task in background:
                 task.cancel()
@@ -381,7 +416,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     return {"seed": args.seed, "duration": args.duration, "rollouts": args.rollouts, "every": args.every,
             "brokers": args.brokers, "runner_hosts": args.runner_hosts,
             "processors_replicas": args.processors_replicas, "schedule": to_json(faults),
-            "applied": applied.faults, "crashes": executor.crashes, "not_terminal": not_terminal, "audit": result.__dict__,
+            "applied": applied.faults, "crashes": executor.crashes, "not_terminal": not_terminal, "stuck": stuck, "audit": result.__dict__,
             "learner": learned, "front_door": door_section,
             "clean": clean(result) and not_terminal == 0 and learner_clean and door_clean, "timeline": timeline}  # fmt: skip
 
