@@ -128,6 +128,7 @@ class TaskQueue:
                 self.settings, [self.settings.topic("tasks")], self.group_id, self.bootstrap,
                 max_poll_interval_ms=max(300_000, int(self.idle_seconds * 2000)),
                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # a dequeue waits on it
+                claims=True,
             )  # fmt: skip
             await self._consumer.start()
             if self._idle_task is None:

@@ -131,12 +131,16 @@ class RecordConsumer:
         auto_offset_reset: str = "earliest",
         max_poll_records: int = 1000,
         start_timeout: float = 30.0,
+        claims: bool = False,
         **kwargs: Any,
     ) -> None:
+        """``claims``: records are claimed (:mod:`agl_stream.kafka.claim`, the runners' group): commits carry
+        the metadata that settles a claim in doubt (:meth:`claim_landed`), and each tenure notes where it began."""
         self.settings = settings
         self.topics = list(topics)
         self.group_id = group_id
         self.start_timeout = start_timeout
+        self.claims = claims
         self.tracker = OffsetTracker()
         self.revocations: dict[TopicPartition, int] = {}  # per partition: how often a rebalance took it away
         # per (partition, tenure): the offset this consumer had committed when the tenure ended
@@ -286,6 +290,8 @@ class RecordConsumer:
     async def begin_tenure(self, assigned: Sequence[TopicPartition]) -> None:
         """A rebalance gave this consumer ``assigned``: note the generation, and where the group's committed
         offsets stood as the tenure began (what a claim left in doubt is resolved against)."""
+        if not self.claims:
+            return
         generation = self._generation()
         for tp in assigned:
             self._tenure_generation[(tp, self.revocations.get(tp, 0))] = generation
@@ -305,7 +311,10 @@ class RecordConsumer:
         return int(getattr(self._consumer._coordinator, "generation", -1))  # aiokafka keeps it on its coordinator
 
     def commit_metadata(self, tp: TopicPartition) -> str:
-        """What every commit of ``tp`` carries: :data:`_METADATA` with this tenure's generation and start."""
+        """What every commit of ``tp`` carries: :data:`_METADATA` with this tenure's generation and start (a
+        consumer that does not claim: nothing)."""
+        if not self.claims:
+            return ""
         start = self._tenure_start.get(tp)
         tenure = self.revocations.get(tp, 0)
         return f"{_METADATA}:{self._tenure_generation.get((tp, tenure), -1)}:{'' if start is None else start}"

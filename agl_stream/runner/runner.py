@@ -180,6 +180,7 @@ class LitAgentRunner:
             self.bootstrap,
             max_poll_records=max(1, self.concurrency),
             max_poll_interval_ms=3_600_000,  # a rollout may run long between polls; liveness is the session heartbeat
+            claims=True,
         )
         await self._consumer.start()
         self._background = [

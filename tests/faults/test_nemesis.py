@@ -33,6 +33,7 @@ async def test_a_short_nemesis_run_loses_and_doubles_nothing(seed: int, workdir:
     assert result["not_terminal"] == 0, result["stuck"][:20]
     assert a["lost"] == 0 and a["duplicates"] == 0, a["problems"][:20]
     assert not a["problems"], a["problems"][:20]
+    assert not result["harness_errors"], result["harness_errors"]
     learner, door = result["learner"], result["front_door"]
     report(f"[nemesis seed {seed}] learner: {learner['runs']} run(s), {learner['steps']} steps, "
            f"{learner['trained_rollouts']} trained, twice {learner['twice']}, untrained {learner['untrained']}; "

@@ -175,9 +175,9 @@ async def test_a_claim_whose_commit_answer_was_lost_is_settled_by_the_groups_com
         for value in (b"earlier", b"task"):
             await producer.send_and_wait(topic, value, key="t", partition=0)
     group = f"claim-in-doubt-{landed}"
-    first = RecordConsumer(topics, [topic], group_id=group)
+    first = RecordConsumer(topics, [topic], group_id=group, claims=True)
     await first.start()
-    second = RecordConsumer(topics, [topic], group_id=group)
+    second = RecordConsumer(topics, [topic], group_id=group, claims=True)
     try:
         deadline = time.monotonic() + 60
         got: list = []

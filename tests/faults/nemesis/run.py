@@ -118,6 +118,16 @@ class Executor:
                 else:
                     service.start()
 
+    def down(self) -> list[str]:
+        """What is not running now (services and broker nodes), for the progress lines of a run that waits."""
+        out = [f"{s.name} (exit {s.returncode})" for s in self.services() if not s.alive]
+        if isinstance(self.pipe.broker, KafkaBroker):
+            for node in self.pipe.broker.nodes:
+                if not node.running:
+                    exit_code = node.proc.poll() if node.proc is not None else None
+                    out.append(f"broker-{node.node_id} (exit {exit_code}; log: {node.log_tail(3)!r})")
+        return out
+
     @property
     def links(self) -> str:
         return "single" if self.pipe.proxy is not None else "nodes" if self.pipe.proxies else "none"
@@ -283,12 +293,13 @@ def describe_stuck(store: StoreClient, enq: Enqueued) -> list[str]:
     return out
 
 
-async def report_waiting(store: StoreClient, enq: Enqueued, t0: float, every: float = 15.0) -> None:
-    """While the run waits for its last rollouts: how many are left, and the first few of them."""
+async def report_waiting(store: StoreClient, enq: Enqueued, executor: Executor, t0: float, every: float = 15.0) -> None:
+    """While the run waits for its last rollouts: how many are left, the first few of them, and what is down."""
     while True:
         await asyncio.sleep(every)
         stuck = describe_stuck(store, enq)
-        print(f"  {time.monotonic() - t0:6.1f} s: {len(stuck)} rollouts not terminal"
+        down = executor.down()
+        print(f"  {time.monotonic() - t0:6.1f} s: {len(stuck)} rollouts not terminal; down: {', '.join(down) or 'nothing'}"
               + "".join(f"\n    {line}" for line in stuck[:3]), flush=True)  # fmt: skip
 
 
@@ -330,6 +341,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     learner: Optional[Learner] = None
     front: Optional[FrontDoor] = None
     stuck: list[str] = []
+    background: list[asyncio.Task[Any]] = []  # ended before anything stops: they use the services
+    harness_errors: list[str] = []
     door_proxy: Optional[TcpProxy] = None
     stats = DoorStats()
     via_door: set[str] = set()
@@ -346,7 +359,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         client = DoorClient(front.url, stats) if front is not None else None
         async with StoreClient(pipe.settings) as store:
             t0 = time.monotonic()
-            background = [asyncio.create_task(sample_throughput(store, enq, t0, timeline)),
+            background += [asyncio.create_task(sample_throughput(store, enq, t0, timeline)),
                           asyncio.create_task(executor.restart_crashed(t0))]  # fmt: skip
             if client is not None:
                 background.append(asyncio.create_task(
@@ -364,15 +377,17 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             waits = [store.wait_for_rollouts(rollout_ids=native, timeout=args.timeout)]
             if client is not None:
                 waits.append(wait_through_door(client, sorted(via_door), timeout=args.timeout))
-            progress = asyncio.create_task(report_waiting(store, enq, t0))
+            progress = asyncio.create_task(report_waiting(store, enq, executor, t0))
             try:
                 done_native, *done_door = await asyncio.gather(*waits)
             finally:
                 progress.cancel()
             not_terminal = len(native) - len(done_native) + (len(via_door) - len(done_door[0]) if done_door else 0)
-            stuck = describe_stuck(store, enq)
+            stuck = describe_stuck(store, enq) if not_terminal else []  # (the native view may lag the door's)
             for line in stuck[:20]:
                 print(f"  not terminal: {line}", flush=True)
+            if stuck:
+                print(f"  down: {', '.join(executor.down()) or 'nothing'}", flush=True)
             background[0].cancel()
             print(f"  rollouts terminal at {time.monotonic() - t0:6.1f} s ({not_terminal} not); draining", flush=True)
             left = lambda: max(30.0, deadline - time.monotonic())  # noqa: E731
@@ -402,6 +417,13 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             history = audit_learner([*runs, (learner.latest_checkpoint_step(), [])])
             learned = learner_summary(learner, history, succeeded, trained=set(audit_learner(runs).trained))
     finally:
+        for task in background:
+            task.cancel()
+        ended = await asyncio.gather(*background, return_exceptions=True)
+        for outcome in ended:  # a sampler or the restarter that died is a broken run, not a clean one
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                print(f"  a background task of the run failed: {outcome!r}", flush=True)
+                harness_errors.append(repr(outcome))
         for service in (learner, front):
             if service is not None:
                 await asyncio.to_thread(service.stop)
@@ -418,7 +440,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             "processors_replicas": args.processors_replicas, "schedule": to_json(faults),
             "applied": applied.faults, "crashes": executor.crashes, "not_terminal": not_terminal, "stuck": stuck, "audit": result.__dict__,
             "learner": learned, "front_door": door_section,
-            "clean": clean(result) and not_terminal == 0 and learner_clean and door_clean, "timeline": timeline}  # fmt: skip
+            "harness_errors": harness_errors,
+            "clean": clean(result) and not_terminal == 0 and learner_clean and door_clean and not harness_errors,
+            "timeline": timeline}  # fmt: skip
 
 
 def clean(result: Audit) -> bool:
