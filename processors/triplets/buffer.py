@@ -13,6 +13,11 @@ Pure bookkeeping (no Kafka), driven by the processor with a monotonic clock:
   the trajectory may already be trained on; the dead letter keeps the bytes for a replay);
 * spans whose attempt never finishes are **abandoned** after ``orphan_seconds`` (the runner died;
   the state machine requeues the rollout as a new attempt) and dead-lettered, so memory stays bounded.
+  That too is judged by read progress, of ``agl.attempts``: ``orphan_seconds`` must have passed on the
+  processor's clock *and* in what it read of the attempt events since the first span was produced. A
+  processor paused for longer than that (SIGSTOP, a long GC, a stalled partition) otherwise abandoned
+  attempts whose ``finished`` event waited, unread, in its fetch buffer: their trajectories left with no
+  spans (the nemesis lost the triplets of final attempts this way).
 
 What the buffer remembers about adapted attempts is per partition, and a partition that moves away
 takes it along (:meth:`AttemptBuffer.drop_partitions`): its uncommitted records are redelivered to the
@@ -58,6 +63,7 @@ class PendingAttempt:
     attempt_id: str
     partition: Optional[int]
     first_seen: float
+    first_produced: Optional[float] = None  # epoch time the earliest of its span records was produced
     spans: dict[str, Span] = field(default_factory=dict)
     tokens: list[Any] = field(default_factory=list)
     finished: Optional[AttemptEvent] = None
@@ -125,13 +131,17 @@ class AttemptBuffer:
         self._restored.move_to_end(key)
         self._expire(self._restored, now)
 
-    def add_span(self, span: Span, token: Any, partition: Optional[int], now: float) -> SpanOutcome:
+    def add_span(self, span: Span, token: Any, partition: Optional[int], now: float,
+                 produced_at: Optional[float] = None) -> SpanOutcome:  # fmt: skip
+        """Buffer a span (its record produced at ``produced_at``, epoch seconds, when known)."""
         key = _digest(span.rollout_id, span.attempt_id)
         if key in self._restored:
             return SpanOutcome.REPLAYED
         if key in self._adapted:
             return SpanOutcome.LATE
         item = self._get(span.rollout_id, span.attempt_id, partition, now)
+        if produced_at is not None:
+            item.first_produced = produced_at if item.first_produced is None else min(item.first_produced, produced_at)
         item.tokens.append(token)
         if span.span_id in item.spans:
             return SpanOutcome.DUPLICATE
@@ -178,13 +188,19 @@ class AttemptBuffer:
         self._expire(self._adapted, now)
         return ready
 
-    def take_abandoned(self, now: float) -> list[PendingAttempt]:
-        """Attempts with spans but no ``finished`` event for ``orphan_seconds``."""
-        abandoned = [
-            item
-            for item in self.pending.values()
-            if item.finished is None and now - item.first_seen >= self.orphan_seconds
-        ]
+    def take_abandoned(self, now: float, attempts_read_through: Optional[float] = None) -> list[PendingAttempt]:
+        """Attempts with spans but no ``finished`` event for ``orphan_seconds``, on the processor's clock (``now``)
+        and in the attempt events read: ``attempts_read_through`` is the epoch time before which every attempt
+        event was read (None: not known, the clock alone decides)."""
+
+        def orphaned(item: PendingAttempt) -> bool:
+            if item.finished is not None or now - item.first_seen < self.orphan_seconds:
+                return False
+            if attempts_read_through is None or item.first_produced is None:
+                return True
+            return attempts_read_through - item.first_produced >= self.orphan_seconds
+
+        abandoned = [item for item in self.pending.values() if orphaned(item)]
         for item in abandoned:
             del self.pending[item.key]
         return abandoned

@@ -156,6 +156,7 @@ class TripletProcessor:
         self._deferred: list[tuple[list[ConsumerRecord], list[RecordRef]]] = []
         self.first_record_at: Optional[float] = None  # monotonic time the first records arrived
         self._spans_progress = ReadProgress()  # how far agl.spans was read: the grace period's clock
+        self._attempts_progress = ReadProgress()  # how far agl.attempts was read: the orphan clock
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,9 +202,11 @@ class TripletProcessor:
                     await self._ingest(record, now)
                 self._prune_decisions(now)
                 if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
-                    spans = [tp for tp in consumer.raw.assignment() if tp.topic == self.spans_topic]
-                    await note_fetches(self._spans_progress, consumer.raw, spans, key=lambda tp: tp.partition,
-                                       read_committed=self.settings.kafka_transactions)  # fmt: skip
+                    for progress, topic in ((self._spans_progress, self.spans_topic),
+                                            (self._attempts_progress, self.attempts_topic)):  # fmt: skip
+                        assigned = [tp for tp in consumer.raw.assignment() if tp.topic == topic]
+                        await note_fetches(progress, consumer.raw, assigned, key=lambda tp: tp.partition,
+                                           read_committed=self.settings.kafka_transactions)  # fmt: skip
                     last_progress = time.monotonic()
                 spans_read_through = self._spans_progress.read_through(time.time())
                 for item in self.buffer.take_ready(now, spans_read_through):
@@ -212,7 +215,7 @@ class TripletProcessor:
                         self._awaiting[item.key] = (adapted, now)
                 async with self._emit_lock:
                     await self._emit_decided(now)
-                for item in self.buffer.take_abandoned(now):
+                for item in self.buffer.take_abandoned(now, self._attempts_progress.read_through(time.time())):
                     await self._abandon(item)
                 if self._fatal is not None:
                     message = f"triplets: a trajectory could not be produced: {self._fatal!r}"
@@ -324,6 +327,7 @@ class TripletProcessor:
         # handled repeat and commit it before its trajectory exists), and the restore below runs for every
         # partition. In-flight trajectories may be published twice; their consumers dedupe.
         self._spans_progress.keep(set())  # positions went back to the committed offsets
+        self._attempts_progress.keep(set())
         dropped = len(self.buffer.drop_partitions(())) + len(self._awaiting)
         self._awaiting.clear()
         self._deferred = []  # their records belong to the ended tenure (the tracker forgot them)
@@ -402,6 +406,7 @@ class TripletProcessor:
         if record.topic == self.spans_topic:
             await self._ingest_span(record, now)
             return
+        self._attempts_progress.consumed(record.partition, record.timestamp / 1000.0 if record.timestamp is not None else None)
         if dict(record.headers or ()).get(CONTROL_HEADER) is not None:
             self._consumer.done(record)  # rollout control records (cancel) are the state machine's business
             return
@@ -427,14 +432,15 @@ class TripletProcessor:
 
     async def _ingest_span(self, record: ConsumerRecord, now: float) -> None:
         assert self._consumer is not None
-        self._spans_progress.consumed(record.partition, record.timestamp / 1000.0 if record.timestamp is not None else None)
+        produced_at = record.timestamp / 1000.0 if record.timestamp is not None else None
+        self._spans_progress.consumed(record.partition, produced_at)
         try:
             span = decode(record.value, Span)
         except RecordError as err:
             self.counts["invalid_spans"] += 1
             await self._dead_letter(err.reason, [record], record=record, kind="invalid_record")
             return
-        outcome = self.buffer.add_span(span, record, record.partition, now)
+        outcome = self.buffer.add_span(span, record, record.partition, now, produced_at)
         if outcome is SpanOutcome.REPLAYED:
             self.counts["replayed_spans"] += 1
             self._consumer.done(record)

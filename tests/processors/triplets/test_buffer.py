@@ -62,6 +62,28 @@ def test_abandoned_attempts_and_revoked_partitions_leave_the_buffer() -> None:
     assert buf.pending == {}
 
 
+def test_an_attempt_is_not_abandoned_before_the_attempt_events_are_read_past_its_orphan_time() -> None:
+    """A processor paused longer than ``orphan_seconds`` (or whose attempts partition stalled) has not read the
+    ``finished`` events produced meanwhile: the clock alone must not abandon their attempts (the nemesis lost
+    final trajectories that way: adapted later with no spans)."""
+    buf = AttemptBuffer(orphan_seconds=15)
+    buf.add_span(span(1), "r1", 0, now=0.0, produced_at=1000.0)
+    # 20 s passed on the clock (a pause), but the attempt events were read only up to 1010.0
+    assert buf.take_abandoned(now=20.0, attempts_read_through=1010.0) == []
+    # the finished event was waiting: the attempt completes as usual
+    buf.add_finished(finished(1), "f", 0, now=20.1)
+    (item,) = buf.take_ready(now=20.1)
+    assert item.complete
+    # an attempt whose runner never reports is abandoned once the attempt events are read past its orphan time
+    buf.add_span(span(1, attempt="at-00000002"), "r2", 0, now=30.0, produced_at=1030.0)
+    assert buf.take_abandoned(now=45.0, attempts_read_through=1044.9) == []
+    (gone,) = buf.take_abandoned(now=45.0, attempts_read_through=1045.0)
+    assert gone.attempt_id == "at-00000002"
+    # the clock still counts too: reading fast does not abandon an attempt seen a moment ago
+    buf.add_span(span(1, attempt="at-00000003"), "r3", 0, now=50.0, produced_at=1000.0)
+    assert buf.take_abandoned(now=51.0, attempts_read_through=2000.0) == []
+
+
 def test_remembered_attempts_expire_after_the_late_window() -> None:
     buf = AttemptBuffer(late_window_seconds=10)
     buf.add_finished(finished(0), "f", 0, now=0.0)

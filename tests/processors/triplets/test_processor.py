@@ -287,6 +287,33 @@ async def test_an_adapter_failure_is_dead_lettered_and_other_attempts_go_on(topi
     assert processor.health()["adapter_errors"] == 1
 
 
+async def test_an_attempt_whose_runner_never_reports_is_abandoned_once_the_attempt_events_are_read_past_it(
+    topics: Settings,
+) -> None:
+    """The orphan clock follows what was read of ``agl.attempts`` (besides the processor's own clock): with the
+    partitions read to their end, a silent attempt's spans still leave as dead letters after ``orphan_seconds``,
+    while an attempt that finishes goes on as usual."""
+    from dataclasses import replace
+
+    processor = TripletProcessor(topics, options=replace(FAST, orphan_seconds=2.0))
+    async with running(processor), RecordProducer(topics) as producer:
+        silent = golden_spans("ro-0000000silent", "at-0000000s")[:3]
+        for span in silent:
+            await producer.send_and_wait(topics.topic("spans"), span, key=span.rollout_id)
+        rid, aid = "ro-00000000fine", "at-0000000f"
+        spans = golden_spans(rid, aid)
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), events(rid, aid, len(spans))[1], key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+        letters = await read(topics, "dlq", DeadLetter, len(silent), timeout=30.0)
+    assert trajectory.rollout_id == rid and trajectory.triplets
+    assert all("abandoned attempt" in letter.reason for letter in letters)
+    assert sorted(decode(letter.payload, Span).span_id for letter in letters) == sorted(s.span_id for s in silent)
+    assert processor.health()["abandoned_attempts"] == 1
+
+
 async def test_a_superseded_attempt_is_marked_whichever_order_its_finished_arrives_in(topics: Settings) -> None:
     """Attempt 1 went silent and was retried as attempt 2; attempt 1's runner reports later (or earlier)
     than attempt 2's. Both trajectories leave, only attempt 2's as the rollout's ``final`` one."""
