@@ -70,6 +70,7 @@ from agl_stream_processors.state_machine.decoded import DecodedStates
 from agl_stream_processors.state_machine.liveness import SpanLivenessReader
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
+from agl_stream_processors.state_machine.revisions import revision_of, revision_table
 from agl_stream_processors.state_machine.rules import Outcome, RolloutState
 from agl_stream_processors.read_progress import ReadProgress
 from agl_stream_topics.catalog import CATALOG, TopicSpec
@@ -164,10 +165,11 @@ class RolloutStateMachine:
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
         source = app.topic(s.topic("tasks"), s.topic("attempts"), **raw)  # spans: the liveness reader
         changelog = app.topic(CHANGELOG.name(s), partitions=s.partitions, compacting=True, internal=False, **raw)
-        self._table = app.Table(
-            "rollouts", default=None, partitions=s.partitions, changelog_topic=changelog, use_partitioner=True,
-            key_type=bytes, value_type=bytes,
-        )  # fmt: skip
+        table_class = revision_table(lambda n: self.counts.update({"stale_changelog_records": n}))
+        self._table = app.tables.add(table_class(
+            app, name="rollouts", default=None, beacon=app.tables.beacon, partitions=s.partitions,
+            changelog_topic=changelog, use_partitioner=True, key_type=bytes, value_type=bytes,
+        ))  # fmt: skip
         self._tasks = app.topic(s.topic("tasks"), **raw)
         self._rollouts = app.topic(s.topic("rollouts"), **raw)
         self._dlq_topic = app.topic(s.topic("dlq"), **raw)
@@ -335,6 +337,8 @@ class RolloutStateMachine:
                 await self._rollouts.send(key=key, value=encode(closed))
             await self._rollouts.send(key=key, value=encode(state.snapshot()))
             self.counts["snapshots"] += 1
+        stored = self._load(state.rollout_id)
+        state = state.model_copy(update={"revision": (stored.revision if stored is not None else 0) + 1})
         raw = state.model_dump_json().encode()
         await self._changelog_metadata()
         self._table[key] = raw
@@ -567,7 +571,7 @@ class RolloutStateMachine:
                 if current is not None:
                     del self._table.data[key]
                     corrected += 1
-            elif current != value:
+            elif current != value and (revision_of(value) or 0) >= (revision_of(current) or 0):
                 self._table.data[key] = value  # the store directly: no new changelog record
                 corrected += 1
         if corrected:

@@ -58,6 +58,9 @@ class RolloutState(BaseModel):
     has_task: bool = Field(default=False, description="its agl.tasks record was seen (config known)")
     failed_unresponsive: bool = Field(default=False, description="failed because the attempt went silent")
     updated_at: float = 0.0
+    # last field (revisions.REVISION_FIELD): one more with every stored update, so a changelog replay keeps
+    # the most advanced state of a rollout, not a stale one a paused instance wrote late (see revisions.py)
+    revision: int = 0
 
     @property
     def rollout_id(self) -> str:

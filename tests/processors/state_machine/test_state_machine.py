@@ -291,6 +291,55 @@ async def test_state_survives_a_restart_through_the_changelog(topics: Settings) 
         await h.wait_status(task.rollout_id, "succeeded", attempts=2)
 
 
+async def test_a_stale_state_written_late_to_the_changelog_does_not_come_back_at_recovery(topics: Settings) -> None:
+    """A paused instance (a zombie) writes a rollout's older state to the changelog after its owner wrote the
+    terminal one. Replayed last-wins, the rollout came back 'running' and the watchdog ran it again (the
+    nemesis: two final trajectories for one rollout). The replay keeps the highest revision instead."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from agl_stream.kafka import connection_options
+    from agl_stream_processors.state_machine.app import CHANGELOG
+
+    config = RolloutConfig(unresponsive_seconds=2.0, max_attempts=3, retry_condition=["unresponsive"])
+    rid = "ro-00000000z0mb"
+    async with harness(topics) as h:
+        task = await h.enqueue(rid, config)
+        await h.event(task, "started")
+        await h.span(task)
+        await h.wait_status(rid, "running")
+        await h.event(task, "finished", "succeeded")
+        await h.wait_status(rid, "succeeded")
+    # the zombie's late write: the 'running' state the owner wrote earlier, written again after the terminal one
+    changelog = CHANGELOG.name(topics)
+    reader = AIOKafkaConsumer(**connection_options(topics), enable_auto_commit=False, auto_offset_reset="earliest")
+    await reader.start()
+    try:
+        partitions = [TopicPartition(changelog, p) for p in range(topics.partitions)]
+        reader.assign(partitions)
+        ends = await reader.end_offsets(partitions)
+        records = []
+        deadline = time.monotonic() + 30
+        while [tp for tp in partitions if await reader.position(tp) < ends[tp]] and time.monotonic() < deadline:
+            for batch in (await reader.getmany(timeout_ms=500)).values():
+                records += [r for r in batch if r.key == rid.encode()]
+    finally:
+        await reader.stop()
+    running = [r for r in records if b'"status":"running"' in r.value]
+    assert running and b'"revision":' in records[-1].value, [r.value[-40:] for r in records]
+    writer = AIOKafkaProducer(**connection_options(topics))
+    await writer.start()
+    try:
+        await writer.send_and_wait(changelog, running[-1].value, key=rid.encode(), partition=running[-1].partition)
+    finally:
+        await writer.stop()
+    async with harness(topics) as h:
+        await asyncio.sleep(config.unresponsive_seconds + 3)  # the watchdog would have requeued a 'running' one
+        assert not any(t.rollout_id == rid and t.attempt.sequence_id == 2 for t in h.tasks), "the rollout ran again"
+        state = h.machine._load(rid)
+        assert state is not None and state.rollout.status == "succeeded", state
+        assert h.machine.counts["stale_changelog_records"] >= 1
+
+
 async def test_a_second_instance_takes_partitions_and_the_first_stops_watching_them(topics: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Keys of partitions a rebalance moved away are ignored, so no rollout is watched (and requeued) by two instances."""
     config = RolloutConfig(unresponsive_seconds=2.0, max_attempts=3, retry_condition=["unresponsive"])
