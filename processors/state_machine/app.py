@@ -152,6 +152,7 @@ class RolloutStateMachine:
         self._tansu = False  # the broker is the Tansu fallback: its workarounds run (set by run())
         self._spans: Optional[SpanLivenessReader] = None
         self._background: set[asyncio.Task[None]] = set()
+        self._reassert: set[bytes] = set()  # keys whose stale changelog records a replay skipped: publish again
 
     # ------------------------------------------------------------------ faust wiring
 
@@ -165,7 +166,7 @@ class RolloutStateMachine:
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
         source = app.topic(s.topic("tasks"), s.topic("attempts"), **raw)  # spans: the liveness reader
         changelog = app.topic(CHANGELOG.name(s), partitions=s.partitions, compacting=True, internal=False, **raw)
-        table_class = revision_table(lambda n: self.counts.update({"stale_changelog_records": n}))
+        table_class = revision_table(self._stale_records_skipped)
         self._table = app.tables.add(table_class(
             app, name="rollouts", default=None, beacon=app.tables.beacon, partitions=s.partitions,
             changelog_topic=changelog, use_partitioner=True, key_type=bytes, value_type=bytes,
@@ -178,6 +179,11 @@ class RolloutStateMachine:
         self._table.on_recover(self._on_recover)
         self._app = app
         return app
+
+    def _stale_records_skipped(self, keys: list[bytes]) -> None:
+        """The changelog replay skipped stale states of ``keys`` (a zombie's late writes; see revisions.py)."""
+        self.counts["stale_changelog_records"] += len(keys)
+        self._reassert.update(keys)
 
     async def run(self, stop: asyncio.Event) -> None:
         from agl_stream_topics.admin import ensure_topics
@@ -496,10 +502,16 @@ class RolloutStateMachine:
                 self._index(state, now)
                 if rules.watched(state):
                     self._last_seen[state.rollout_id] = now  # a fresh unresponsive window after a restart
-                if state.has_task and (not state.terminal or now - state.updated_at <= self.options.republish_window):
+                if key in self._reassert:
+                    # a zombie's stale snapshot may sit on top (newer updated_at): assert the state as of now
+                    await self._rollouts.send(key=key, value=encode(state.snapshot().model_copy(update={"updated_at": now})))
+                    republished += 1
+                    self.counts["reasserted_snapshots"] += 1
+                elif state.has_task and (not state.terminal or now - state.updated_at <= self.options.republish_window):
                     await self._rollouts.send(key=key, value=encode(state.snapshot()))
                     republished += 1
             self._recovered_at = now
+            self._reassert.clear()
         if lingering:
             self.counts["revoked_keys_ignored"] += lingering
         logger.info(

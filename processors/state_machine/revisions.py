@@ -13,7 +13,11 @@ So every state carries a ``revision``: the owner writes the stored revision + 1 
 zombie derives its writes from an older state, so they carry revisions the owner has already passed,
 and the table's changelog replay (:func:`revision_table`) skips a record whose revision is below what the
 key already holds. Equal revisions are the same step of the same input sequence; the later record wins,
-as before. With ``AGL_KAFKA_TRANSACTIONS=true`` faust's exactly-once processing fences zombies instead.
+as before. The zombie published its stale states as snapshots too, and their ``updated_at`` (its clock,
+after the pause) is newer than the owner's: every reader of ``agl.rollouts`` (the rollouts table, clients'
+views) keeps the newest ``updated_at``. So the recovery that skipped a key's stale record publishes the
+key's state again, stamped with the recovery's time: the rebalance that the zombie's return causes comes
+after its last write, and so does that snapshot. With ``AGL_KAFKA_TRANSACTIONS=true`` faust's exactly-once processing fences zombies instead.
 """
 
 from __future__ import annotations
@@ -40,13 +44,13 @@ def revision_of(raw: Optional[bytes]) -> Optional[int]:
     return int(digits) if digits else 0
 
 
-def newest_revisions(events: Iterable[Any], stored: Callable[[Any], Optional[bytes]]) -> tuple[list[Any], int]:
-    """The changelog ``events`` (faust events: ``.key``, ``.value`` raw bytes) worth applying, in order, and how
-    many were skipped: a value whose revision is below the key's highest so far (``stored``: what the table
+def newest_revisions(events: Iterable[Any], stored: Callable[[Any], Optional[bytes]]) -> tuple[list[Any], list[Any]]:
+    """The changelog ``events`` (faust events: ``.key``, ``.value`` raw bytes) worth applying, in order, and the
+    keys of those skipped: a value whose revision is below the key's highest so far (``stored``: what the table
     holds now). Deletions always apply."""
     highest: dict[Any, int] = {}
     kept: list[Any] = []
-    skipped = 0
+    skipped: list[Any] = []
     for event in events:
         key = event.key
         revision = revision_of(event.value)
@@ -58,15 +62,16 @@ def newest_revisions(events: Iterable[Any], stored: Callable[[Any], Optional[byt
             current = revision_of(stored(key))
             highest[key] = -1 if current is None else current
         if revision < highest[key]:
-            skipped += 1
+            skipped.append(key)
             continue
         highest[key] = revision
         kept.append(event)
     return kept, skipped
 
 
-def revision_table(on_skipped: Callable[[int], None]) -> type:
-    """faust's ``Table`` whose changelog replay (recovery and standbys) applies :func:`newest_revisions` only."""
+def revision_table(on_skipped: Callable[[list[Any]], None]) -> type:
+    """faust's ``Table`` whose changelog replay (recovery and standbys) applies :func:`newest_revisions` only;
+    ``on_skipped`` gets the keys whose stale records were skipped (their snapshots need asserting again)."""
     import faust
 
     class RevisionTable(faust.Table):  # type: ignore[misc]

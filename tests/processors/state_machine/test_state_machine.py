@@ -298,7 +298,9 @@ async def test_a_stale_state_written_late_to_the_changelog_does_not_come_back_at
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     from agl_stream.kafka import connection_options
+    from agl_stream.serialization import encode
     from agl_stream_processors.state_machine.app import CHANGELOG
+    from agl_stream_processors.state_machine.rules import RolloutState
 
     config = RolloutConfig(unresponsive_seconds=2.0, max_attempts=3, retry_condition=["unresponsive"])
     rid = "ro-00000000z0mb"
@@ -330,6 +332,9 @@ async def test_a_stale_state_written_late_to_the_changelog_does_not_come_back_at
     await writer.start()
     try:
         await writer.send_and_wait(changelog, running[-1].value, key=rid.encode(), partition=running[-1].partition)
+        # and its snapshot of that state, stamped with the zombie's clock after the pause: newer than the owner's
+        stale = RolloutState.model_validate_json(running[-1].value).snapshot().model_copy(update={"updated_at": time.time()})
+        await writer.send_and_wait(topics.topic("rollouts"), encode(stale), key=rid.encode())
     finally:
         await writer.stop()
     async with harness(topics) as h:
@@ -338,6 +343,9 @@ async def test_a_stale_state_written_late_to_the_changelog_does_not_come_back_at
         state = h.machine._load(rid)
         assert state is not None and state.rollout.status == "succeeded", state
         assert h.machine.counts["stale_changelog_records"] >= 1
+        # readers of agl.rollouts keep the newest updated_at: that must be the owner's state, asserted again
+        newest = max(h.snapshots[rid], key=lambda snap: snap.updated_at)
+        assert newest.rollout.status == "succeeded" and newest.updated_at > stale.updated_at, h.statuses()[rid]
 
 
 async def test_a_second_instance_takes_partitions_and_the_first_stops_watching_them(topics: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
