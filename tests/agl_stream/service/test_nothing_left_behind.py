@@ -111,6 +111,8 @@ def test_every_process_a_sigkilled_starter_started_is_gone_within_its_bound(brok
     finally:
         if starter.poll() is None:
             starter.kill()
+        starter.wait(10)
+        remove_orphaned_data_dirs()  # the SIGKILLed starter's broker folder (the next broker start would sweep it)
 
 
 CLUSTER_STARTER = """
