@@ -390,14 +390,17 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 print(f"  down: {', '.join(executor.down()) or 'nothing'}", flush=True)
             background[0].cancel()
             print(f"  rollouts terminal at {time.monotonic() - t0:6.1f} s ({not_terminal} not); draining", flush=True)
-            left = lambda: max(30.0, deadline - time.monotonic())  # noqa: E731
+
+            def left() -> float:  # the drain and the learner get at least 30 s each, even past the deadline
+                return max(30.0, deadline - time.monotonic())
+
             await pipe.wait_drained(timeout=min(180.0, left()), check_alive=False)  # the supervisor task restarts what exits
             succeeded = set(succeeded_ids(store, enq))
             if learner is not None:
                 print(f"  drained at {time.monotonic() - t0:6.1f} s; the learner catches up", flush=True)
                 await wait_learner(learner, succeeded, timeout=min(300.0, left()))
                 print(f"  learner done at {time.monotonic() - t0:6.1f} s", flush=True)
-            for task in background:
+            for task in background:  # the span reader uses the client closed next (the finally reaps them)
                 task.cancel()
             if client is not None:
                 await client.close()
