@@ -218,8 +218,14 @@ class GroupAssembler:
         if old is not None:
             same_attempt = old.trajectory.attempt_id == trajectory.attempt_id
             newer = trajectory.attempt_sequence_id > old.trajectory.attempt_sequence_id
-            if same_attempt or not (newer or old.trajectory.status != "succeeded"):
-                self.stats.duplicates += 1  # a replay or an older attempt: keep what we have
+            if same_attempt:
+                # a replay (redelivered after a rebalance, or published again): the same offset may come back,
+                # so its record is done only when the member's group leaves, never before the original is trained
+                self.stats.duplicates += 1
+                old.records.append(record)
+                return
+            if not (newer or old.trajectory.status != "succeeded"):
+                self.stats.duplicates += 1  # an older attempt after a newer succeeded one: keep what we have
                 self._done.append(record)
                 return
             self._done.extend(old.records)  # a retry replaces a failed / older attempt

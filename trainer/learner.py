@@ -73,6 +73,7 @@ class Learner:
         self.batcher: Optional[TripletBatcher] = None
         self.last_stats: Optional[StepStats] = None
         self.last_batch: Optional[Batch] = None
+        self.deferred_commits = 0  # group commits refused because the group rebalanced meanwhile
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -151,7 +152,7 @@ class Learner:
             if self.step % self.checkpoint_every == 0:
                 await self.checkpoint()
         else:  # no checkpoints: nothing to stay consistent with, so move the group on after every step
-            await self.consumer.commit()
+            await self._commit()
         metrics = self._metrics(stats, batch, publish_seconds)
         self.metrics.write(metrics)
         return metrics
@@ -169,7 +170,7 @@ class Learner:
         the positions they had.
         """
         assert self.checkpoints is not None and self.batcher is not None
-        await self.consumer.commit()
+        await self._commit()
         for tp in self.consumer.raw.assignment():
             position = self.consumer.tracker.position(tp)
             if position is not None:
@@ -179,6 +180,24 @@ class Learner:
         state = TrainerState(self.step, self.policy_version, dict(self.offsets), dict(self.extra_state), done,
                              self.batcher.assembler.settled())  # fmt: skip
         return await asyncio.to_thread(self.checkpoints.save, self.policy, state)
+
+    async def _commit(self) -> None:
+        """Commit what is done to the group; a commit the group refuses (it rebalanced) is left for the next one.
+
+        A learner paused past its session timeout (a GC stall, a stopped container) finds its partitions
+        handed on: the coordinator refuses the commit until the consumer rejoins, which its next fetch does.
+        The checkpoint's own positions are what a resume seeks to, and rollouts already trained are
+        remembered (a replay from the group's older offset is a duplicate), so nothing is lost or trained
+        twice by carrying on; the group's offsets just lag until the next commit.
+        """
+        from aiokafka.errors import CommitFailedError
+
+        try:
+            await self.consumer.commit()
+        except CommitFailedError as exc:
+            self.deferred_commits += 1
+            logger.warning("the group rebalanced while this learner was away; commit left for the next one: %s",
+                           str(exc).splitlines()[0])  # fmt: skip
 
     def _metrics(self, stats: StepStats, batch: Batch, publish_seconds: float) -> StepMetrics:
         histogram: dict[int, int] = {}
@@ -201,6 +220,7 @@ class Learner:
             "signal_groups": float(batch.signal_groups),
             "effective_batch_size": float(stats.effective_sequences),
             "zero_variance_groups_total": float(counters.zero_variance_groups),
+            "deferred_commits_total": float(self.deferred_commits),
         })
         return StepMetrics(
             step=self.step,

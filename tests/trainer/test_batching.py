@@ -62,9 +62,10 @@ def test_retry_replaces_failed_attempt_and_replays_are_ignored() -> None:
     asm.add(retry, record="retry", now=0.0)
     asm.add(retry, record="replay", now=0.0)
     asm.add(b, record="b", now=0.0)
-    assert sorted(asm.take_done()) == ["failed", "replay"]
+    assert asm.take_done() == ["failed"]  # the replay's record waits for its member's group (same offset, maybe)
     batch = asm.pop_batch(0, now=0.0)
-    assert batch is not None and sorted(batch.records) == ["b", "retry"]
+    assert batch is not None and sorted(batch.records) == ["b", "replay", "retry"]
+    assert len(batch.trajectories) == 2  # the replay never trains
     assert asm.stats.duplicates == 1 and asm.stats.failed_rollouts == 1
 
 
@@ -143,3 +144,38 @@ def test_a_trajectory_published_again_after_its_group_left_is_a_duplicate_not_a_
     assert asm.settled() == [trained[0].rollout_id, trained[1].rollout_id, dropped[0].rollout_id]
     asm.remember(["x"])  # the memory is bounded: the oldest is forgotten
     assert asm.settled() == [trained[1].rollout_id, dropped[0].rollout_id, "x"]
+
+
+def test_a_replay_of_a_member_still_assembling_keeps_its_offset_unfinished() -> None:
+    """After a rebalance (a learner paused past its session) the partition is read again from the committed
+    offset: the same offsets come back. A replay of a member whose group is still assembling must not finish
+    that offset, or the next checkpoint's position would pass a record never trained (lost at a resume)."""
+    from agl_stream.kafka._offsets import OffsetTracker
+
+    asm, tracker, tp = GroupAssembler(_cfg(group_size=2, batch_groups=1)), OffsetTracker(), "triplets:0"
+    pending, trained = make_group("pending", [1, 0], seed=8), make_group("trained", [1, 0], seed=9)
+    arrivals = [(0, pending[0]), (1, trained[0]), (2, trained[1])]
+
+    def read(rows: list[tuple[int, Trajectory]]) -> None:
+        for offset, trajectory in rows:
+            tracker.delivered(tp, offset)
+            asm.add(trajectory, record=offset, now=0.0)
+        for offset in asm.take_done():
+            tracker.done(tp, offset)
+
+    read(arrivals)
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and sorted(batch.records) == [1, 2]
+    for offset in batch.records:
+        tracker.done(tp, offset)
+    assert tracker.position(tp) == 0
+    tracker.forget([tp])  # revoked, then assigned back: read again from the committed offset (0)
+    read(arrivals)
+    assert tracker.position(tp) == 0, "the pending member's offset is not finished by its replay"
+    assert asm.stats.duplicates == 3
+    read([(3, pending[1])])
+    batch = asm.pop_batch(0, now=0.0)
+    assert batch is not None and sorted(batch.records) == [0, 0, 3] and len(batch.trajectories) == 2
+    for offset in batch.records:
+        tracker.done(tp, offset)
+    assert tracker.position(tp) == 4

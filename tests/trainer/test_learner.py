@@ -241,6 +241,44 @@ async def test_resume_does_not_retrain_records_done_past_the_checkpoint_position
     assert final.offsets == {topic: position + 4} and final.done_offsets == {}
 
 
+async def test_a_group_commit_refused_after_a_rebalance_does_not_stop_the_learner(settings: Settings, tiny_model_dir,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A learner paused past its session finds its group rebalanced: the commit before a checkpoint is refused
+    (CommitFailedError; the nemesis saw it after pausing the learner). It used to exit; now the checkpoint is
+    written with its own positions, training goes on, and the next commit moves the group's offset."""
+    from aiokafka import TopicPartition
+    from aiokafka.errors import CommitFailedError
+
+    from agl_stream_topics.admin import ensure_topics
+
+    settings = settings.model_copy(update={"partitions": 1})
+    assert (await ensure_topics(settings, strict=True)).ok
+    a, b = (make_group(g, [1.0, 0.0], seed=60 + i) for i, g in enumerate("ab"))
+    await produce_trajectories(settings, [*a, *b])
+    cfg = BatcherConfig(group_size=2, batch_groups=1, max_staleness=None, group_timeout_s=600)
+    ckpt_dir = settings.data_dir / "ckpt"
+    learner = checkpointing_learner(settings, tiny_model_dir, cfg, ckpt_dir)
+    await learner.start()
+    try:
+        commit = learner.consumer.raw.commit
+
+        async def refused(*args: object, **kwargs: object) -> None:
+            raise CommitFailedError("the group has already rebalanced")
+
+        monkeypatch.setattr(learner.consumer.raw, "commit", refused)
+        metrics = await learner.step_once(timeout=30)
+        assert metrics is not None and metrics.extra["deferred_commits_total"] == 1.0
+        state = CheckpointManager(ckpt_dir).load(learner.policy)
+        topic = settings.topic("triplets")
+        assert state is not None and state.step == 1 and state.offsets == {f"{topic}:0": 2}
+        monkeypatch.setattr(learner.consumer.raw, "commit", commit)
+        assert await learner.step_once(timeout=30) is not None
+        assert await learner.consumer.raw.committed(TopicPartition(topic, 0)) == 4
+        assert CheckpointManager(ckpt_dir).load(learner.policy).offsets == {f"{topic}:0": 4}  # type: ignore[union-attr]
+    finally:
+        await learner.stop()
+
+
 async def test_undecodable_triplet_records_go_to_the_dlq(topics: Settings, tiny) -> None:
     from agl_stream.types import DeadLetter
 
