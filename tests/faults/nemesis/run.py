@@ -273,9 +273,18 @@ def succeeded_ids(store: StoreClient, enq: Enqueued) -> list[str]:
     return [rid for rid in list(enq.tasks) if (s := store.view.snapshot(rid)) is not None and s.rollout.status == "succeeded"]
 
 
-async def sample_throughput(store: StoreClient, enq: Enqueued, t0: float, out: list[tuple[float, int]]) -> None:
+async def sample_throughput(store: StoreClient, enq: Enqueued, t0: float, out: list[tuple[float, int]],
+                            report_every: float = 60.0) -> None:  # fmt: skip
+    """Succeeded rollouts every second (the plot's timeline); every ``report_every`` s a progress line."""
+    reported = (0.0, 0)
     while True:
-        out.append((round(time.monotonic() - t0, 1), len(succeeded_ids(store, enq))))
+        now, done = round(time.monotonic() - t0, 1), len(succeeded_ids(store, enq))
+        out.append((now, done))
+        if now - reported[0] >= report_every:
+            rate = (done - reported[1]) / max(now - reported[0], 1e-9)
+            print(f"  {now:6.1f} s: {len(enq.tasks)} enqueued, {done} succeeded ({rate:.1f}/s over the last "
+                  f"{now - reported[0]:.0f} s)", flush=True)  # fmt: skip
+            reported = (now, done)
         await asyncio.sleep(1.0)
 
 
