@@ -34,9 +34,7 @@ ProduceTimeoutOpt = typer.Option(None, "--produce-timeout", help="seconds to wai
 
 
 def _serve(factory: str, host: str, port: int, workers: int, env: dict[str, str], graceful_s: float) -> None:
-    import uvicorn
-
-    from agl_stream.service import StopDeadline, stop_with_parent
+    from agl_stream.service import StopDeadline, serve_workers, stop_with_parent
     from agl_stream_ingest.stopping import WORKER_STOP_ENV, stop_timeout
 
     os.environ.update(env)
@@ -51,16 +49,10 @@ def _serve(factory: str, host: str, port: int, workers: int, env: dict[str, str]
     if host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("AGL_INGEST_TOKEN"):
         logger.warning("binding %s without AGL_INGEST_TOKEN: anyone who can reach this port can write spans", host)
     try:
-        uvicorn.run(
-            factory,
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            timeout_graceful_shutdown=int(graceful_s) + 5,  # in-flight requests finish, then producers flush
-            log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
-            access_log=False,  # access lines would carry rollout ids only, but keep logs about problems
-        )
+        # uvicorn's manager (it owns SIGINT/SIGTERM here), one worker or many: in-flight requests get
+        # graceful_s + 5, then the producers flush; no access lines (they would carry rollout ids only)
+        serve_workers(factory, host, port, workers, graceful_s=int(graceful_s) + 5,
+                      log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower())  # fmt: skip
     finally:
         if multiproc_dir:
             shutil.rmtree(multiproc_dir, ignore_errors=True)

@@ -8,7 +8,8 @@ import time
 from typing import Awaitable, Callable
 
 from fastapi import FastAPI, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+
+from agl_stream.service import add_health_routes, always_healthy
 
 from agl_stream_ingest.metrics import REQUEST_LATENCY, REQUESTS, metrics_response
 from agl_stream_ingest.security import read_body
@@ -23,9 +24,7 @@ def add_operations(app: FastAPI, server: str) -> None:
     hold application secrets. Bind to 127.0.0.1 or firewall the port when that matters.
     """
 
-    @app.get("/health", include_in_schema=False)
-    async def health() -> JSONResponse:
-        return JSONResponse({"status": "ok", "server": server})
+    add_health_routes(app, always_healthy(server=server))
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

@@ -9,34 +9,25 @@ into a span or a log line by the ingest servers, so ``Authorization`` and API ke
 
 from __future__ import annotations
 
-import hmac
 import zlib
 from typing import Optional
 
 from fastapi import HTTPException, Request
 
+from agl_stream.service import TokenVerdict, presented_token, token_verdict
+
 TOKEN_ENV = "AGL_INGEST_TOKEN"
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-def bearer_token(request: Request) -> Optional[str]:
-    """The token a client presented, from ``Authorization: Bearer`` or OpenAI-style ``api-key``."""
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return request.headers.get("api-key") or None
-
-
 def check_token(request: Request, expected: Optional[str]) -> None:
-    """Raise 401 unless auth is off or the request carries the expected token."""
-    if expected is None:
-        return
-    presented = bearer_token(request)
-    if presented is None:
+    """Raise 401 unless auth is off or the request carries the expected token (Bearer, or OpenAI-style
+    ``api-key``), checked by the service kit's one token check."""
+    verdict = token_verdict(presented_token(request.headers, headers_also=("api-key",)), expected)
+    if verdict is TokenVerdict.MISSING:
         raise HTTPException(401, "missing bearer token (set Authorization: Bearer <AGL_INGEST_TOKEN>)",
                             headers={"WWW-Authenticate": "Bearer"})
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
+    if verdict is TokenVerdict.WRONG:
         raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Mapping, Optional
 
 import typer
 
-from agl_stream.service import STOP_GRACE_S, KILL_MARGIN_S, run_until_signal
+from agl_stream.service import KILL_MARGIN_S, STOP_GRACE_S, HealthCheck, HttpHost, health_app, run_until_signal
 from agl_stream.config import Settings
 
 
@@ -96,9 +96,7 @@ def processors(
         tune_gc()  # this process runs the apps (the supervisor's children come here too)
         if health_port is None:
             return await service.run(stop)
-        from agl_stream_processors.health_http import HealthServer
-
-        server = await HealthServer(service.health, health_host, health_port).start()
+        server = await _health_server(service.health, health_host, health_port).start()
         try:
             return await service.run(stop)
         finally:
@@ -106,6 +104,21 @@ def processors(
 
     code = run_until_signal(main, shutdown_timeout=shutdown_timeout, name="processors")
     raise typer.Exit(code)
+
+
+def apps_running(report: Callable[[], Mapping[str, Any]]) -> HealthCheck:
+    """The service is healthy while every app in its report runs (a failed one makes the probes fail)."""
+
+    def check() -> tuple[bool, Mapping[str, Any]]:
+        current = report()
+        return all(app.get("status") == "running" for app in current.get("apps", {}).values()), current
+
+    return check
+
+
+def _health_server(report: Callable[[], Mapping[str, Any]], host: str, port: int) -> HttpHost:
+    """``GET /health`` for Kubernetes / compose probes, on the service's own loop."""
+    return HttpHost(health_app(apps_running(report)), host, port, name="health")
 
 
 def _forwarded_options(adapter: str, components: Optional[Path], grace_seconds: Optional[float],
@@ -133,9 +146,7 @@ def _supervise(settings: Settings, selected: list[str], forwarded: list[str], he
     async def main(stop: asyncio.Event) -> int:
         if health_port is None:
             return await supervisor.run(stop)
-        from agl_stream_processors.health_http import HealthServer
-
-        server = await HealthServer(supervisor.health, health_host, health_port).start()
+        server = await _health_server(supervisor.health, health_host, health_port).start()
         try:
             return await supervisor.run(stop)
         finally:

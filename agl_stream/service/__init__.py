@@ -5,11 +5,18 @@
 - :func:`run_until_signal` / :class:`StopSignals` / :class:`StopDeadline`: a service's side of the same
   rule: SIGINT/SIGTERM start a graceful stop, and the deadline ends the process anyway.
 - :class:`ExitCode`: the statuses a service ends with.
+- :class:`HttpHost` / :func:`serve_workers`: the one way a service serves HTTP (on its loop, on a thread,
+  or as its main job), on a socket from :func:`bound_socket`.
+- :func:`add_health_routes` / :func:`health_app`: one health answer behind every probe path.
+- :func:`presented_token` / :func:`token_verdict`: the one token check (each service words its refusal).
 
 Bounds, per service: ``docs/operations.md``, "Stopping".
 """
 
 from agl_stream.service._exit import ExitCode
+from agl_stream.service._health import HealthCheck, add_health_routes, always_healthy, health_app
+from agl_stream.service._http import HttpHost, bound_socket, serve_workers
+from agl_stream.service._token import TokenVerdict, presented_token, token_verdict
 from agl_stream.service._kernel import arm_parent_death, become_subreaper, die_with_parent
 from agl_stream.service._stop import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -36,17 +43,27 @@ __all__ = [
     "STOP_GRACE_S",
     "STOP_WITH_PARENT_ENV",
     "ExitCode",
+    "HealthCheck",
+    "HttpHost",
     "ServiceCrashed",
     "ServiceProcess",
     "StopDeadline",
     "StopSignals",
+    "TokenVerdict",
+    "add_health_routes",
     "agl_command",
+    "always_healthy",
     "arm_parent_death",
     "become_subreaper",
+    "bound_socket",
     "descendants",
     "die_with_parent",
+    "health_app",
     "kill_all",
+    "presented_token",
     "run_until_signal",
+    "serve_workers",
     "stop_bound",
     "stop_with_parent",
+    "token_verdict",
 ]

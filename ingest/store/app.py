@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl_stream.client import ConsistencyTimeout, SpanReaderUnavailable, StoreClient, UNSET, Unset, UnsupportedOnStream
 from agl_stream.config import Settings
+from agl_stream.service import add_health_routes, always_healthy
 from agl_stream.types import Attempt, NamedResources, ResourcesUpdate, Rollout, Span, Worker
 from agl_stream_ingest.http import add_operations
 from agl_stream_ingest.options import IngestOptions
@@ -182,9 +183,7 @@ def create_app(
 
     # ------------------------------------------------------------------ health and statistics
 
-    @api.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    add_health_routes(api, always_healthy())
 
     @api.get("/statistics")
     async def statistics() -> dict[str, Any]:

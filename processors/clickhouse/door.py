@@ -30,8 +30,6 @@ sinks write through their own connection to the same engine, untouched by this o
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import gzip
 import json
 import logging
@@ -48,6 +46,8 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from agl_stream.service import HttpHost, TokenVerdict, add_health_routes, always_healthy, presented_token, token_verdict
+
 from agl_stream_processors.clickhouse.client import Target
 from agl_stream_processors.clickhouse.door_file import (
     TOKEN_ENV,
@@ -57,7 +57,6 @@ from agl_stream_processors.clickhouse.door_file import (
     remove_door_file,
     write_door_file,
 )
-from agl_stream_processors.embedded_http import ThreadedHttpServer
 
 logger = logging.getLogger(__name__)
 
@@ -156,29 +155,15 @@ def _error(status: int, code: int, message: str, **headers: str) -> PlainTextRes
     return PlainTextResponse(body.rstrip() + "\n", status_code=status, headers={"X-ClickHouse-Exception-Code": str(code), **headers})
 
 
-def presented_token(request: Request) -> Optional[str]:
-    """The token a request carries: Basic auth's password, a Bearer token, or ``X-ClickHouse-Key``."""
-    auth = request.headers.get("authorization", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value:
-        return value.strip()
-    if scheme.lower() == "basic" and value:
-        try:
-            _user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return ""
-        return password
-    return request.headers.get("x-clickhouse-key")
-
-
 def token_problem(request: Request, token: str) -> Optional[PlainTextResponse]:
     """401 without a token, 403 with a wrong one, ``None`` when the request may go on."""
-    presented = presented_token(request)
-    if not presented:
+    # Basic auth's password (a ClickHouse DSN), a Bearer token, or X-ClickHouse-Key
+    verdict = token_verdict(presented_token(request.headers, basic_password=True, headers_also=("x-clickhouse-key",)), token)
+    if verdict is TokenVerdict.MISSING:
         return _error(401, 194, "agl-stream SQL door: this request carries no token; use the DSN in the door file "
                       "(AGL_SQL_DOOR_TOKEN) as the password. (REQUIRED_PASSWORD)",
                       **{"WWW-Authenticate": 'Basic realm="agl-stream sql door"'})  # fmt: skip
-    if not secrets.compare_digest(presented.encode(), token.encode()):
+    if verdict is TokenVerdict.WRONG:
         return _error(403, 516, "agl-stream SQL door: wrong token. (AUTHENTICATION_FAILED)")
     return None
 
@@ -198,9 +183,7 @@ async def _body(request: Request) -> bytes:
 def build_app(engine: ReadOnlyEngine, token: str) -> FastAPI:
     app = FastAPI(title="agl-stream SQL door", docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.get("/ping")
-    async def ping() -> PlainTextResponse:
-        return PlainTextResponse("Ok.\n")
+    add_health_routes(app, always_healthy(), [], ping=True)  # what ClickHouse clients probe
 
     @app.api_route("/", methods=["GET", "POST"])
     async def query(request: Request) -> Response:
@@ -252,7 +235,7 @@ class SqlDoor:
         self.options = options
         self.token = options.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
         self.engine: Optional[ReadOnlyEngine] = None
-        self.server: Optional[ThreadedHttpServer] = None
+        self.server: Optional[HttpHost] = None
         self.address: Optional[DoorAddress] = None
 
     async def start(self) -> "SqlDoor":
@@ -260,7 +243,8 @@ class SqlDoor:
         self.engine = await asyncio.to_thread(ReadOnlyEngine, str(engine_dir), max_execution_time=self.options.max_execution_time)
         try:
             app = build_app(self.engine, self.token)
-            self.server = await ThreadedHttpServer(app, self.options.host, self.options.port, name="sql-door").start()
+            # on a loop of its own: a read waits for the GIL, not for the sinks' loop to be idle
+            self.server = await HttpHost(app, self.options.host, self.options.port, name="sql-door").start_threaded()
             self.address = DoorAddress(self.server.url, self.token, os.getpid(), str(engine_dir), self.target.database)
             path = write_door_file(self.address)
         except BaseException:
@@ -274,7 +258,7 @@ class SqlDoor:
             remove_door_file(self.address)
             self.address = None
         if self.server is not None:
-            await self.server.stop()
+            await self.server.stop_threaded()
             self.server = None
         if self.engine is not None:
             self.engine.close()

@@ -12,14 +12,15 @@ constant time). Static files carry no data and are public; so is ``/healthz``.
 
 from __future__ import annotations
 
-import secrets
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+
+from agl_stream.service import TokenVerdict, add_health_routes, always_healthy, presented_token, token_verdict
 
 from agl_stream_processors.analytics.grafana import build_dashboard, placed_queries
 from agl_stream_processors.analytics.saved import load_saved_queries
@@ -65,25 +66,18 @@ def create_app(source: DataSource, token: str, *, refresh_seconds: float = 5.0) 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     def presented(request: Request) -> Optional[str]:
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and value:
-            return value.strip()
-        return request.cookies.get(COOKIE)
+        return presented_token(request.headers, cookies=request.cookies, cookie=COOKIE)
 
     def denial(candidate: Optional[str], html: bool = False) -> Optional[Response]:
-        if not candidate:
-            status, message = 401, "This dashboard needs its token."
-        elif not secrets.compare_digest(candidate.encode(), token.encode()):
-            status, message = 403, "Wrong token."
-        else:
+        verdict = token_verdict(candidate, token)
+        if verdict is TokenVerdict.ACCEPTED:
             return None
+        status, message = (401, "This dashboard needs its token.") if verdict is TokenVerdict.MISSING else (403, "Wrong token.")
         if html:
             return HTMLResponse(_DENIED_PAGE.format(message=message), status_code=status)
         return JSONResponse({"error": message}, status_code=status)
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> PlainTextResponse:
-        return PlainTextResponse("ok\n")
+    add_health_routes(app, always_healthy(), ["/healthz"])
 
     @app.get("/", include_in_schema=False)
     async def page(request: Request, token_param: Optional[str] = Query(None, alias="token")) -> Response:

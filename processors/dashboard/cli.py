@@ -30,12 +30,10 @@ def dashboard(
     Every panel runs the same SQL as the provisioned Grafana dashboard. While a local run owns the
     embedded ClickHouse, the page reads through the processors' read-only SQL door.
     """
-    import uvicorn
-
+    from agl_stream.service import HttpHost, StopDeadline, bound_socket, stop_with_parent
     from agl_stream_processors.clickhouse.client import ClickHouseConfigError
     from agl_stream_processors.dashboard.app import create_app
     from agl_stream_processors.dashboard.source import DataSource
-    from agl_stream_processors.embedded_http import bound_socket
 
     try:
         source = DataSource(dsn or Settings.from_env().effective_clickhouse_dsn)
@@ -55,12 +53,9 @@ def dashboard(
     sys.stdout.flush()
     if token is None and TOKEN_ENV not in os.environ:
         typer.echo(f"(a random token; set {TOKEN_ENV} or --token to choose one)", err=True)
-    from agl_stream.service import StopDeadline, stop_with_parent
-
-    config = uvicorn.Config(create_app(source, secret, refresh_seconds=refresh), log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=5)  # fmt: skip
-    stop_with_parent(StopDeadline(10.0, name="dashboard"))  # started by a job: gone, bounded, when the job is
+    deadline = StopDeadline(10.0, name="dashboard")
+    stop_with_parent(deadline)  # started by a job: gone, bounded, when the job is
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        HttpHost(create_app(source, secret, refresh_seconds=refresh), host, name="dashboard", sock=sock).run(deadline)
     finally:
         source.close()

@@ -29,11 +29,11 @@ CONTRACT = Path(__file__).with_name("upstream_store_contract.py")
 @asynccontextmanager
 async def front_door(settings: Settings) -> AsyncIterator[str]:
     """The front door app served on a free loopback port; yields its URL."""
-    from agl_stream_processors.embedded_http import EmbeddedHttpServer
+    from agl_stream.service import HttpHost
 
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        server = await EmbeddedHttpServer(app, name="store-front-door").start()
+        server = await HttpHost(app, name="store-front-door").start()
         try:
             yield server.url
         finally:

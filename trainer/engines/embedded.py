@@ -29,8 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +37,8 @@ from typing import Any, AsyncIterator, Optional, Union
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+
+from agl_stream.service import add_health_routes
 
 from agl_stream_trainer.engines.base import Weights
 from agl_stream_trainer.engines.generation import Choice, Generator, GenRequest, GenResult
@@ -334,9 +334,7 @@ def create_app(generator: Generator, model_name: str, default_max_tokens: int = 
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "agl-stream",
                                             "policy_version": generator.policy_version}]}
 
-    @app.get("/health")
-    async def health() -> Any:
-        return {"status": "ok", "policy_version": generator.policy_version}
+    add_health_routes(app, lambda: (True, {"policy_version": generator.policy_version}))
 
     @app.get("/agl/v1/weights")
     async def get_weights() -> Any:
@@ -357,43 +355,26 @@ def create_app(generator: Generator, model_name: str, default_max_tokens: int = 
 
 
 class EmbeddedServer:
-    """Runs :func:`create_app` under uvicorn on a background thread (port 0 picks a free port)."""
+    """Runs :func:`create_app` on a thread of its own (the kit's :class:`HttpHost`; port 0 picks a free port)."""
 
     def __init__(self, generator: Generator, model_name: str, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
+        from agl_stream.service import HttpHost
 
         self.generator = generator
         self.model_name = model_name
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # inherited by accepted connections: an answer written as headers then body would otherwise
-        # wait 40 ms for the client's delayed ACK on every call
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.bind((host, port))
-        self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(create_app(generator, model_name), log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread: Optional[threading.Thread] = None
+        self._host = HttpHost(create_app(generator, model_name), host, port, name="agl-serve")
+        self.host, self.port = host, self._host.port
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self._host.url
 
     def start(self, timeout: float = 30.0) -> "EmbeddedServer":
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True, name="agl-serve")
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("embedded server did not start")
-            time.sleep(0.02)
+        self._host.start_in_thread(timeout)
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        self._sock.close()
+        self._host.stop_thread()
 
 
 class EmbeddedEngine:

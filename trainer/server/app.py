@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import tarfile
 from pathlib import Path
 from typing import Any, Optional
@@ -13,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from agl_stream.service import TokenVerdict, add_health_routes, always_healthy, presented_token, token_verdict
 from agl_stream.training_service.types import CheckpointInfo, DatasetInfo, JobStatus
 
 from agl_stream_trainer.server.datasets import DatasetStore
@@ -70,15 +70,12 @@ def create_app(datasets: DatasetStore, jobs: JobManager, token: str, export_root
         return _error(400, "bad_request", problems)
 
     def authorized(request: Request) -> None:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), token.encode()):
+        if token_verdict(presented_token(request.headers), token) is not TokenVerdict.ACCEPTED:
             raise ServiceError(401, "unauthorized", "missing or wrong bearer token (the server's AGL_SERVER_TOKEN)")
 
     auth = [Depends(authorized)]
 
-    @app.get("/v1/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    add_health_routes(app, always_healthy(), ["/v1/health"])
 
     @app.get("/v1/data", dependencies=auth)
     async def list_data() -> list[DatasetInfo]:

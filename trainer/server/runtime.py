@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
 import secrets
-import signal
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from agl_stream.config import Settings
-from agl_stream.service import StopDeadline, stop_with_parent
+from agl_stream.service import HttpHost, StopDeadline, bound_socket, stop_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -53,45 +49,8 @@ def resolve_token(root: Path, given: Optional[str]) -> str:
     return token
 
 
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(False)
-    return sock
-
-
 #: the training server's whole stop: its jobs, then the local stack (processors and broker, each bounded)
 SERVER_STOP_TIMEOUT_S = 90.0
-
-
-def _uvicorn_server(app: Any, deadline: StopDeadline) -> Any:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn re-raises a captured SIGINT after its shutdown, which would skip ours (the broker and the
-        processors would outlive the server): a signal here only asks it to stop (twice: at once)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            loop = asyncio.get_running_loop()
-
-            def stop() -> None:
-                deadline.arm()
-                self.force_exit = self.should_exit
-                self.should_exit = True
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop)
-            try:
-                yield
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
-
-    return Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
 
 
 async def run_server(settings: Settings, options: ServerOptions) -> None:
@@ -110,7 +69,7 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
     root = server_root(settings)
     root.mkdir(parents=True, exist_ok=True)
     token = resolve_token(root, options.token)
-    sock = bind(options.host, options.port)  # first: a taken port fails before anything starts
+    sock = bound_socket(options.host, options.port)  # first: a taken port fails before anything starts
     stack = LocalStack(settings, log_dir=settings.data_dir / "logs")
     producer = client = reader = jobs = None
     try:
@@ -123,12 +82,12 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
                           client_timeout=options.client_timeout)  # fmt: skip
         jobs.start_watchdog()
         app = create_app(datasets, jobs, token, root / "exports")
-        host, port = sock.getsockname()[:2]
-        url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        server = HttpHost(app, options.host, name="training server", sock=sock)
+        url = server.url
         _secret_file(root / "server.json", json.dumps({"url": url, "pid": os.getpid()}) + "\n")
         print(f"agl-stream server: {url} (token: {'AGL_SERVER_TOKEN' if options.token or os.environ.get(TOKEN_ENV) else root / 'token'})",
               flush=True)  # fmt: skip
-        await _uvicorn_server(app, deadline).serve(sockets=[sock])
+        await server.serve(deadline)  # SIGINT/SIGTERM: the server stops, then everything below
     finally:
         logger.info("stopping the training server")
         (root / "server.json").unlink(missing_ok=True)

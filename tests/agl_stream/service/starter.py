@@ -81,7 +81,8 @@ def main() -> None:
     stack = asyncio.run(start(kinds, data_dir))
     me = psutil.Process()
     tree = [{"pid": p.pid, "cmdline": " ".join(p.cmdline())} for p in me.children(recursive=True)]
-    print(json.dumps({"kinds": kinds, "broker": stack.broker.pid if stack.broker else None, "tree": tree}), flush=True)
+    print(json.dumps({"kinds": kinds, "broker": stack.broker.pid if stack.broker else None,
+                      "broker_kind": stack.broker.kind if stack.broker else None, "tree": tree}), flush=True)
     time.sleep(3600)  # killed by the test
 
 
