@@ -98,7 +98,7 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
     from agl_stream.runner.progress import progress_wanted, show_progress
     from agl_stream.runner.runner import LitAgentRunner
 
-    from agl_stream.service import StopDeadline, stop_with_parent
+    from agl_stream.service import StopDeadline, StopSignals, stop_with_parent
 
     runner_ = LitAgentRunner(agent, settings, **options)  # type: ignore[arg-type]
     stop = asyncio.Event()
@@ -106,17 +106,17 @@ async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool
     deadline = StopDeadline(runner_stop_timeout(float(options.get("shutdown_grace", 30.0))), name="runner")  # type: ignore[arg-type]
     stop_with_parent(deadline)  # started by a supervisor: its death reaches on_signal below as SIGTERM
 
-    def on_signal(signame: str) -> None:
-        deadline.arm()
-        if not stop.is_set():
-            logger.info("%s: no new tasks; finishing running attempts (Ctrl-C again to cancel them)", signame)
-            stop.set()
-        elif signame == "SIGINT":
-            logger.warning("%s again: cancelling running attempts", signame)
-            runner_.force_stop.set()
+    def stop_taking_tasks() -> None:
+        logger.info("%s: no new tasks; finishing running attempts (Ctrl-C again to cancel them)",
+                    signal.Signals(signals.received or signal.SIGTERM).name)  # fmt: skip
+        stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig.name)
+    def cancel_attempts() -> None:
+        logger.warning("SIGINT again: cancelling running attempts")
+        runner_.force_stop.set()
+
+    signals = StopSignals(stop_taking_tasks, deadline, on_again=cancel_attempts)
+    signals.install_on_loop(loop)
     display_done = asyncio.Event()
     display = (
         asyncio.create_task(show_progress(runner_.stats, display_done, runner_.max_rollouts))
@@ -136,7 +136,7 @@ def _run_processes(n: int, worker_id: Optional[str], shutdown_grace: float) -> i
 
     Each child dies with this process (parent-death signal), and this process's stop is bounded by the
     children's own bound plus a margin."""
-    from agl_stream.service import KILL_MARGIN_S, STOP_WITH_PARENT_ENV, StopDeadline, die_with_parent
+    from agl_stream.service import KILL_MARGIN_S, STOP_WITH_PARENT_ENV, StopDeadline, StopSignals, die_with_parent
 
     args = _strip_option(sys.argv[1:], "--n-runners")
     args = _strip_option(args, "--worker-id")
@@ -147,14 +147,15 @@ def _run_processes(n: int, worker_id: Optional[str], shutdown_grace: float) -> i
         children.append(subprocess.Popen(cmd, env={**os.environ, STOP_WITH_PARENT_ENV: "1"}, preexec_fn=die_with_parent(os.getpid())))
     deadline = StopDeadline(runner_stop_timeout(shutdown_grace) + KILL_MARGIN_S, name="runners")
 
-    def forward(signum: int, _frame: object) -> None:
-        deadline.arm()
+    def forward(signum: int) -> None:
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+    # the first signal goes to every child; a second Ctrl-C too (each child then cancels its attempts)
+    signals = StopSignals(lambda: forward(signals.received or signal.SIGTERM), deadline,
+                          on_again=lambda: forward(signal.SIGINT))  # fmt: skip
+    signals.install()
     codes = [child.wait() for child in children]
     return max(codes, key=abs)
 

@@ -99,19 +99,25 @@ def stop_with_parent(deadline: StopDeadline, *, poll_s: float = 0.5, always: boo
 
 
 class StopSignals:
-    """SIGINT/SIGTERM to ``on_stop`` plus the deadline; a second SIGINT exits at once (see the module doc).
+    """SIGINT/SIGTERM to ``on_stop`` plus the deadline; a second SIGINT exits at once (see the module doc), or
+    calls ``on_again`` where the service has a harder stop to offer first (the runner cancels its attempts).
 
     Use :meth:`install_on_loop` inside a running event loop, or :meth:`install` for a thread-based service
-    (handlers then run on the main thread, between bytecodes)."""
+    (handlers then run on the main thread, between bytecodes). :attr:`received` is the first signal."""
 
-    def __init__(self, on_stop: Callable[[], None], deadline: StopDeadline) -> None:
+    def __init__(self, on_stop: Callable[[], None], deadline: StopDeadline, *,
+                 on_again: Optional[Callable[[], None]] = None) -> None:  # fmt: skip
         self.on_stop = on_stop
+        self.on_again = on_again
         self.deadline = deadline
         self.received: Optional[int] = None
 
     def __call__(self, signum: int, _frame: object = None) -> None:
         if self.received is not None:
             if signum == signal.SIGINT:
+                if self.on_again is not None:
+                    self.on_again()
+                    return
                 os.write(2, f"{self.deadline.name}: Ctrl-C again while stopping; exiting now\n".encode())
                 os._exit(ExitCode.INTERRUPTED)
             return  # the same stop request again (the group's signal and the parent's forwarded one)

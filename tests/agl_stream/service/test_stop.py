@@ -66,6 +66,23 @@ def test_a_repeated_sigterm_is_the_same_stop_request_not_an_order_to_exit_at_onc
     assert proc.wait(30) == ExitCode.STOP_TIMED_OUT
 
 
+def test_a_service_with_a_harder_stop_gets_the_second_ctrl_c_instead_of_exiting() -> None:
+    """The runner's rule: the first signal stops taking tasks, a second Ctrl-C cancels the running attempts
+    (``on_again``); the deadline still bounds the whole stop."""
+    from agl_stream.service import StopDeadline, StopSignals
+
+    calls: list[str] = []
+    deadline = StopDeadline(60.0, name="t")
+    signals = StopSignals(lambda: calls.append("stop"), deadline, on_again=lambda: calls.append("again"))
+    try:
+        signals(signal.SIGTERM)
+        signals(signal.SIGTERM)  # the same request, forwarded: ignored
+        signals(signal.SIGINT)
+        assert calls == ["stop", "again"] and signals.received == signal.SIGTERM and deadline.armed
+    finally:
+        deadline.disarm()
+
+
 #: a parent that starts the stuck service, prints its pid, and waits to be killed
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
