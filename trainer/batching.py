@@ -423,19 +423,10 @@ class TripletBatcher:
         logger.warning("undecodable agl.triplets record at %s:%s: %s", rejected.record.partition, rejected.record.offset, rejected.error.reason)
         if self.dlq is None or self.dlq_topic is None:
             return
-        from agl_stream.types import DeadLetter
+        from agl_stream.kafka import DeadLetterWriter
 
-        rec = rejected.record
-        letter = DeadLetter(
-            source_topic=rec.topic,
-            partition=rec.partition,
-            offset=rec.offset,
-            key=rec.key,
-            payload=rec.value or b"",
-            reason=rejected.error.reason,
-            processor="agl_stream_trainer.batching",
-        )
-        await self.dlq.send_and_wait(self.dlq_topic, letter, key=rec.key)
+        writer = DeadLetterWriter(self.dlq_topic, self.dlq, "agl_stream_trainer.batching")
+        await (await writer.send(rejected.error.reason, record=rejected.record, error_type=type(rejected.error).__name__))
 
 
 async def wait_for_assignment(consumer: Any, timeout: float = 30.0) -> None:

@@ -157,7 +157,7 @@ def dead_letter_payload(
 def report_rule_error(call: ToolCall, outcome: RuleOutcome) -> bool:
     """Dead-letter a rule's error through the attempt's runner; True if a letter was sent."""
     from agl_stream.tracer.base import get_active_attempt
-    from agl_stream.types import DeadLetter
+    from agl_stream.kafka import DeadLetterWriter
 
     reason = rule_error_reason(call, outcome)
     runner_module = sys.modules.get("agl_stream.runner.runner")  # not imported: no runner in this process
@@ -168,13 +168,13 @@ def report_rule_error(call: ToolCall, outcome: RuleOutcome) -> bool:
     active = get_active_attempt()
     rollout_id = active.state.rollout_id if active is not None else None
     attempt_id = active.state.attempt_id if active is not None else None
-    letter = DeadLetter(
+    writer = DeadLetterWriter(runner.settings.topic("dlq"), None, f"{DEAD_LETTER_PROCESSOR}:{runner.worker_id}")
+    letter = writer.letter(
+        reason,
         source_topic=runner.settings.topic("spans"),  # the attempt's span stream, which the rule was part of
         key=rollout_id.encode() if rollout_id else None,
         payload=dead_letter_payload(call, outcome, rollout_id, attempt_id),
-        reason=reason,
         error_type=type(outcome.error).__name__,
-        processor=f"{DEAD_LETTER_PROCESSOR}:{runner.worker_id}",
     )
     logger.warning("%s (rollout %s; dead-lettered)", reason, rollout_id)
     runner.send_dead_letter(letter).add_done_callback(_log_undelivered)

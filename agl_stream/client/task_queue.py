@@ -20,10 +20,10 @@ import time
 from typing import Optional
 
 from agl_stream.config import Settings
-from agl_stream.kafka import Decoded, RecordConsumer, RecordProducer
+from agl_stream.kafka import DeadLetterWriter, Decoded, RecordConsumer, RecordProducer
 from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream.kafka.claim import claim_record, is_preclaimed
-from agl_stream.types import AttemptedRollout, AttemptEvent, DeadLetter
+from agl_stream.types import AttemptedRollout, AttemptEvent
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +113,9 @@ class TaskQueue:
 
     async def _dead_letter(self, consumer: RecordConsumer, record: object, reason: str, error_type: str,
                            worker_id: Optional[str]) -> None:  # fmt: skip
-        letter = DeadLetter(
-            source_topic=record.topic, partition=record.partition, offset=record.offset,  # type: ignore[attr-defined]
-            key=record.key, payload=record.value or b"", reason=reason, error_type=error_type,  # type: ignore[attr-defined]
-            processor=f"store-client:{worker_id or 'dequeue'}",
-        )  # fmt: skip
-        logger.error("task record at offset %s rejected: %s", letter.offset, reason)
-        await self.producer.send_and_wait(self.settings.topic("dlq"), letter, key=letter.key)
+        writer = DeadLetterWriter(self.settings.topic("dlq"), self.producer, f"store-client:{worker_id or 'dequeue'}")
+        logger.error("task record at offset %s rejected: %s", record.offset, reason)  # type: ignore[attr-defined]
+        await (await writer.send(reason, record=record, error_type=error_type))  # type: ignore[arg-type]
         consumer.done(record)  # type: ignore[arg-type]
 
     async def _ensure_consumer(self) -> RecordConsumer:

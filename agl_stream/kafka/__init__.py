@@ -1,6 +1,7 @@
 """Thin async Kafka clients shared by every service (aiokafka underneath)."""
 
 from agl_stream.kafka._consumer import Decoded, RecordConsumer, Rejected, read_to_fetched_end
+from agl_stream.kafka._dead_letters import DeadLetterWriter
 from agl_stream.kafka._flavour import is_tansu
 from agl_stream.kafka._offsets import OffsetTracker
 from agl_stream.kafka._options import LOW_LATENCY_FETCH_WAIT_MS, connection_options
@@ -9,6 +10,7 @@ from agl_stream.kafka._retry import retrying_while_unreachable
 
 __all__ = [
     "LOW_LATENCY_FETCH_WAIT_MS",
+    "DeadLetterWriter",
     "Decoded",
     "KafkaUnavailable",
     "OffsetTracker",

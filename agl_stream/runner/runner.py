@@ -47,7 +47,7 @@ from typing import Any, Optional, Sequence
 from agl_stream.client.resources import ResourceCache
 from agl_stream.config import Settings
 from agl_stream.emitter.annotation import emit_exception
-from agl_stream.kafka import Decoded, RecordConsumer, RecordProducer, Rejected
+from agl_stream.kafka import DeadLetterWriter, Decoded, RecordConsumer, RecordProducer, Rejected
 from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
 from agl_stream.litagent import LitAgent
 from agl_stream.runner.hooks import Hook, HookRunner
@@ -288,17 +288,8 @@ class LitAgentRunner:
         record = rejected.record
         self.stats.rollouts_rejected += 1
         logger.error("task record %s[%d]@%d rejected: %s", record.topic, record.partition, record.offset, rejected.error.reason)
-        letter = DeadLetter(
-            source_topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            payload=record.value or b"",
-            reason=rejected.error.reason,
-            error_type=type(rejected.error).__name__,
-            processor=f"runner:{self.worker_id}",
-        )
-        await (await self._producer.send(self.settings.topic("dlq"), letter, key=record.key))
+        writer = DeadLetterWriter(self.settings.topic("dlq"), self._producer, f"runner:{self.worker_id}")
+        await (await writer.send(rejected.error.reason, record=record, error_type=type(rejected.error).__name__))
         self._consumer.done(record)
 
     def send_dead_letter(self, letter: DeadLetter) -> "concurrent.futures.Future[None]":

@@ -26,12 +26,11 @@ import pyarrow as pa
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
-from agl_stream.kafka import RecordConsumer, RecordProducer
+from agl_stream.kafka import DeadLetterWriter, RecordConsumer, RecordProducer
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import DeadLetter
 from agl_stream_processors.clickhouse.client import ClickHouse
 from agl_stream_processors.clickhouse.columns import ColumnBatch, RowError
-from agl_stream_processors.dlq import DeadLetterWriter
 from agl_stream_processors.sinks.specs import DEAD_LETTER_SPEC, SinkSpec
 
 logger = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ class Sink:
         self.spec = spec
         self.settings = settings
         self.ch = ch
-        self.dlq = DeadLetterWriter(settings, dlq, f"sink-{spec.name}") if dlq is not None else None
+        self.dlq = DeadLetterWriter(settings.topic("dlq"), dlq, f"sink-{spec.name}") if dlq is not None else None
         self.options = options
         self.topic = settings.topic(spec.topic)
         self.stats = SinkStats(max_pending=2 * options.batch_size)
@@ -229,16 +228,8 @@ class Sink:
         return f"cannot convert to {self.spec.table} rows: {exc}"
 
     def _dead_letter(self, reason: str, error_type: str, record: ConsumerRecord) -> DeadLetter:
-        return DeadLetter(
-            source_topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            payload=record.value or b"",
-            reason=reason,
-            error_type=error_type,
-            processor=f"sink-{self.name}",
-        )
+        writer = self.dlq or DeadLetterWriter(self.settings.topic("dlq"), None, f"sink-{self.name}")
+        return writer.letter(reason, record=record, error_type=error_type)
 
     async def _flush(self, consumer: RecordConsumer, batch: _Batch, stop: asyncio.Event) -> None:
         table, bad = await asyncio.to_thread(self._rows, batch)  # CPU-bound: keep the loop (heartbeats) responsive

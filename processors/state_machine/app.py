@@ -60,10 +60,9 @@ from typing import Any, Literal, Optional
 from aiokafka.partitioner import DefaultPartitioner
 
 from agl_stream.config import Settings
-from agl_stream.kafka import is_tansu
+from agl_stream.kafka import DeadLetterWriter, is_tansu
 from agl_stream.serialization import RecordError, decode, decode_envelope, encode
 from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
-from agl_stream_processors.dlq import DeadLetterWriter
 from agl_stream_processors.state_machine import rules
 from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_processors.state_machine.decoded import DecodedStates
@@ -135,7 +134,7 @@ class RolloutStateMachine:
         self.app_id = options.group_id or f"{settings.topic_prefix}-state-machine"
         self.counts: Counter[str] = Counter()
         self.ready = asyncio.Event()  # set after the first table recovery
-        self.dlq = DeadLetterWriter(settings, None, processor=self.name)
+        self.dlq = DeadLetterWriter(settings.topic("dlq"), None, processor=self.name)
         self._lock = asyncio.Lock()
         self._watch: set[str] = set()
         self._running: dict[str, str] = {}  # rollout id -> attempt id of a running attempt (span fast path)

@@ -60,11 +60,11 @@ from agl_stream.adapter.rewards import final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
 from agl_stream.kafka import (
-    LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer, RecordProducer, connection_options, read_to_fetched_end, start_with_retry,
+    LOW_LATENCY_FETCH_WAIT_MS, DeadLetterWriter, RecordConsumer, RecordProducer, connection_options, read_to_fetched_end,
+    start_with_retry,
 )
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
-from agl_stream_processors.dlq import DeadLetterWriter
 from agl_stream_processors.read_progress import PROGRESS_INTERVAL_S, ReadProgress, note_fetches
 from agl_stream_processors.triplets.buffer import AttemptBuffer, AttemptKey, PendingAttempt, SpanOutcome
 from agl_stream_processors.triplets.decisions import Decision, Decisions
@@ -180,7 +180,7 @@ class TripletProcessor:
             await producer.stop()
             raise
         self._consumer, self._producer, self._group_id = consumer, producer, group_id
-        self._dlq = DeadLetterWriter(self.settings, producer, processor=self.name)
+        self._dlq = DeadLetterWriter(self.settings.topic("dlq"), producer, processor=self.name)
         logger.info(
             "triplets: %s + %s -> %s with %r", self.spans_topic, self.attempts_topic, self.triplets_topic, self.adapter
         )

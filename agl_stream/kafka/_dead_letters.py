@@ -1,6 +1,7 @@
 """Dead letters: a rejected record goes to ``agl.dlq`` with the reason and its original bytes.
 
-Every processor uses :class:`DeadLetterWriter` so nothing is dropped silently: the caller marks the
+Everything that rejects a record (the processors, the runner, the task queue, the learner, AIR rules)
+builds its letters with :class:`DeadLetterWriter` so nothing is dropped silently: the caller marks the
 source record done only when the dead letter is acknowledged (the returned future), and counts per
 reason kind are kept for health output. A payload too big to fit in a dead letter is cut to fit and
 the reason says so, with the original size (never truncated silently).
@@ -15,8 +16,7 @@ from typing import Optional
 
 from aiokafka.structs import ConsumerRecord, RecordMetadata
 
-from agl_stream.config import Settings
-from agl_stream.kafka import RecordProducer
+from agl_stream.kafka._producer import RecordProducer
 from agl_stream.types import DeadLetter
 
 logger = logging.getLogger(__name__)
@@ -26,16 +26,17 @@ _OVERHEAD = 16 * 1024
 
 
 class DeadLetterWriter:
-    """Produces :class:`DeadLetter` records to the settings' ``dlq`` topic on a shared producer."""
+    """Builds :class:`DeadLetter` records (:meth:`letter`) and produces them to ``topic`` (:meth:`send`), the
+    settings' ``topic("dlq")``, on a shared producer (None: build only; the caller sends them its own way)."""
 
     def __init__(
         self,
-        settings: Settings,
+        topic: str,
         producer: Optional[RecordProducer],
         processor: str,
         max_request_size: int = 1024 * 1024,
     ) -> None:
-        self.topic = settings.topic("dlq")
+        self.topic = topic
         self.producer = producer
         self.processor = processor
         self.max_request_size = max_request_size
