@@ -8,7 +8,7 @@ agl-stream's equivalent or an ``ImportError`` that names what to use instead:
   raises ``ModuleNotFoundError`` with :data:`REPLACED_MODULES`' text (a replaced package refuses its
   submodules too, since Python imports the parent first);
 * a replaced *name* of a module that exists is refused by that module's ``__getattr__``, built by
-  :func:`module_getattr` from :data:`REPLACED_NAMES`. It raises ``ImportError`` rather than
+  :func:`module_getattr` from :data:`REFUSED_NAMES` and :data:`REPLACED_NAMES`. It raises ``ImportError`` rather than
   ``AttributeError`` on purpose: ``from m import X`` replaces an ``AttributeError``'s message with
   a generic one, and the replacement is the point of the message.
 
@@ -20,7 +20,7 @@ Standard library only: every module of the agent path may import it.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 UPSTREAM = "agentlightning"
 
@@ -240,17 +240,96 @@ def replaced_name(module: str, name: str) -> ImportError:
     return ImportError(message, name=module)
 
 
-def module_getattr(
-    module: str, *, replaced: Iterable[str] = (), lazy: Optional[Mapping[str, str]] = None
-) -> Callable[[str], Any]:
-    """A module-level ``__getattr__`` (PEP 562) for ``module``: ``lazy`` names (name -> defining module,
-    same attribute name) are imported on first use and cached in the module; ``replaced`` names raise
-    :func:`replaced_name`'s error; anything else is the usual ``AttributeError``."""
-    refused = frozenset(replaced)
+#: our module -> upstream's names it answers too -> the module that defines each (imported on first use,
+#: so a module never imports what imports it, and agl_stream never imports a service package)
+UPSTREAM_NAMES: dict[str, dict[str, str]] = {
+    "agl_stream.adapter.base": {
+        "OtelTraceAdapter": "agl_stream.adapter.upstream",
+    },
+    "agl_stream.algorithm": {
+        "APO": "agl_stream_trainer.algorithms.apo",
+        "VERL": "agl_stream_trainer.rl",
+    },
+    "agl_stream.algorithm.apo": {
+        "APO": "agl_stream_trainer.algorithms.apo",
+    },
+    "agl_stream.algorithm.apo.apo": {
+        "APO": "agl_stream_trainer.algorithms.apo",
+    },
+    "agl_stream.algorithm.verl": {
+        "VERL": "agl_stream_trainer.rl",
+    },
+    "agl_stream.algorithm.verl.interface": {
+        "VERL": "agl_stream_trainer.rl",
+    },
+    "agl_stream.emitter.annotation": {
+        "OperationContext": "agl_stream.emitter.operation",
+        "operation": "agl_stream.emitter.operation",
+    },
+    "agl_stream.types": {
+        "Hook": "agl_stream.runner.hooks",
+    },
+    "agl_stream.types.core": {
+        "Dataset": "agl_stream.types.upstream",
+        "Hook": "agl_stream.runner.hooks",
+        "ParallelWorkerBase": "agl_stream.types.upstream",
+        "RolloutRawResult": "agl_stream.types.upstream",
+        "Triplet": "agl_stream.types.triplets",
+    },
+}  # fmt: skip
+
+#: our module -> upstream's names it refuses, with :data:`REPLACED_NAMES`' text
+REFUSED_NAMES: dict[str, tuple[str, ...]] = {
+    "agl_stream.adapter.messages": ("convert_to_openai_messages",),
+    "agl_stream.algorithm.apo.apo": (
+        "APPLY_EDIT_PROMPT_FILES", "GRADIENT_PROMPT_FILES", "RolloutResultForAPO", "VersionedPromptTemplate",
+    ),
+    "agl_stream.algorithm.decorator": (
+        "AlgorithmFunc", "AlgorithmFuncAsync", "AlgorithmFuncAsyncFallback", "AlgorithmFuncAsyncFull",
+        "AlgorithmFuncAsyncLike", "AlgorithmFuncAsyncOnlyDataset", "AlgorithmFuncAsyncOnlyStore",
+        "AlgorithmFuncSync", "AlgorithmFuncSyncFallback", "AlgorithmFuncSyncFull", "AlgorithmFuncSyncLike",
+        "AlgorithmFuncSyncOnlyDataset", "AlgorithmFuncSyncOnlyStore", "AsyncFlag",
+    ),
+    "agl_stream.client": ("AgentLightningClient", "DevTaskLoader",),
+    "agl_stream.config": ("lightning_cli",),
+    "agl_stream.emitter.object": ("encode_object",),
+    "agl_stream.emitter.reward": ("reward",),
+    "agl_stream.execution": (
+        "ClientServerExecutionStrategy", "ExecutionEvent", "ExecutionStrategy", "MultiprocessingEvent",
+        "SharedMemoryExecutionStrategy", "ThreadingEvent",
+    ),
+    "agl_stream.instrumentation": (
+        "AGENTOPS_INSTALLED", "AGENTOPS_LANGCHAIN_INSTALLED", "LITELLM_INSTALLED", "VLLM_INSTALLED",
+        "WEAVE_INSTALLED", "instrument_all", "uninstrument_all",
+    ),
+    "agl_stream.reward": ("reward",),
+    "agl_stream.runner": ("LegacyAgentRunner", "Runner",),
+    "agl_stream.tracer.base": ("with_active_tracer_context",),
+    "agl_stream.tracer.dummy": ("DummySpanRecordingContext",),
+    "agl_stream.tracer.otel": (
+        "LightningSpanProcessor", "OtelSpanRecordingContext", "STORE_WRITE_TIMEOUT_SECONDS", "to_otel_status_code",
+    ),
+    "agl_stream.trainer": ("build_component",),
+    "agl_stream.types": (
+        "FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy",
+        "RolloutRawResultLegacy", "SortOptions", "Task", "TaskIfAny",
+    ),
+    "agl_stream.types.core": (
+        "FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy",
+        "RolloutRawResultLegacy", "SortOptions", "Task", "TaskIfAny",
+    ),
+}  # fmt: skip
+
+
+def module_getattr(module: str) -> Callable[[str], Any]:
+    """A module-level ``__getattr__`` (PEP 562) for ``module``, from the tables above: its
+    :data:`UPSTREAM_NAMES` are imported on first use and cached in the module; its :data:`REFUSED_NAMES`
+    raise :func:`replaced_name`'s error; anything else is the usual ``AttributeError``."""
+    refused = frozenset(REFUSED_NAMES.get(module, ()))
     unknown = refused - REPLACED_NAMES.keys()
     if unknown:
         raise KeyError(f"{module}: no replacement text for {sorted(unknown)}")
-    lazy = dict(lazy or {})
+    lazy = dict(UPSTREAM_NAMES.get(module, {}))
 
     def __getattr__(name: str) -> Any:
         if name in lazy:

@@ -196,5 +196,5 @@ def load_settings(**overrides: Any) -> Settings:
     return Settings.from_env(**overrides)
 
 
-if not TYPE_CHECKING:  # upstream's agentlightning.config held lightning_cli: refused with the replacement
-    __getattr__ = module_getattr(__name__, replaced=["lightning_cli"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -15,5 +15,5 @@ from agl_stream.emitter.reward import (  # noqa: F401
 
 warnings.warn("agl_stream.reward is deprecated. Please use agl_stream.emitter instead.", DeprecationWarning, stacklevel=2)
 
-if not TYPE_CHECKING:  # upstream's deprecated ``@reward`` decorator is refused with its replacement
-    __getattr__ = module_getattr(__name__, replaced=["reward"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -11,6 +11,10 @@ agents import), ``topics/`` (the topic catalog), ``processors/``, ``trainer/``, 
   ``trainer`` never imports ``processors`` (learner metrics travel over ``agl.training_steps``), and
   so on.
 
+And no module imports itself through others: no import circle anywhere in the five packages, not even
+through an import under ``TYPE_CHECKING`` or inside a function (upstream's names that would close one are
+answered through the tables in ``agl_stream/_porting.py``, resolved on first use).
+
 Every ``import``/``from ... import`` statement is checked wherever it sits (module level or inside
 a function), plus ``importlib.import_module("...")`` / ``__import__("...")`` calls with a literal
 name. Packages are recognized by their installed names (``agl_stream_processors``...) and by their
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import pytest
 
@@ -114,3 +118,116 @@ def test_the_trainer_no_longer_reaches_into_the_processors() -> None:
 )
 def test_the_checker_catches_what_the_rule_forbids(service: str, source: str, bad: bool) -> None:
     assert bool(violations_in(service, Path("snippet.py"), source)) is bad
+
+
+def module_names() -> dict[str, Path]:
+    """Every module of the five packages by its installed name (``agl_stream_trainer.learner``...)."""
+    out = {}
+    for service, (folder, names) in SERVICES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [names[0], *path.relative_to(ROOT / folder).with_suffix("").parts]
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def import_graph(sources: dict[str, str], packages: Iterable[str] = ()) -> dict[str, set[str]]:
+    """Module -> the modules it imports (``from pkg import sub`` means ``pkg.sub`` when that is a module;
+    anything else counts as its nearest enclosing module). ``packages``: modules that are ``__init__``."""
+    known, packages = set(sources), set(packages)
+
+    def nearest(name: str) -> Optional[str]:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, source in sources.items():
+        package = module if module in packages else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(source)):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            for target in targets:
+                found = nearest(service_of_name(target))
+                if found is not None and found != module:
+                    graph[module].add(found)
+    return graph
+
+
+def service_of_name(module: str) -> str:
+    """Folder-relative spellings (``processors.x``) under their installed names (``agl_stream_processors.x``)."""
+    top, _, rest = module.partition(".")
+    for _service, (_folder, names) in SERVICES.items():
+        if top in names[1:]:
+            return f"{names[0]}.{rest}" if rest else names[0]
+    return module
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_circles_in_any_package() -> None:
+    modules = module_names()
+    assert len(modules) > 100
+    graph = import_graph({m: p.read_text() for m, p in modules.items()}, [m for m, p in modules.items() if p.name == "__init__.py"])
+    found = circles(graph)
+    assert not found, "import circles (move the shared piece down, or answer an upstream name through _porting's tables):\n" + "\n".join(
+        " -> ".join(group) for group in found)
+
+
+@pytest.mark.parametrize(
+    ("sources", "circular"),
+    [
+        ({"p.a": "from p.b import x\n", "p.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.a import y\n"}, True),
+        ({"p.a": "def f():\n    import p.b\n", "p.b": "from p import a\n", "p": ""}, True),
+        ({"p.a": "from .b import x\n", "p.b": "from . import a\n", "p": ""}, True),
+        ({"p.a": "from p.b import x\n", "p.b": "import json\n", "p": "from p.a import z\n"}, False),
+    ],
+)
+def test_the_circle_check_sees_type_only_and_function_level_imports(sources: dict[str, str], circular: bool) -> None:
+    assert bool(circles(import_graph(sources, ["p"]))) is circular

@@ -45,7 +45,5 @@ def span_order_key(span: Span) -> tuple[int, float, str]:
     return (span.sequence_id, span.start_time if span.start_time is not None else 0.0, span.span_id)
 
 
-if TYPE_CHECKING:
-    from agl_stream.adapter.upstream import OtelTraceAdapter
-else:  # upstream's module defines it; ours imports this one, so it resolves on first use
-    __getattr__ = module_getattr(__name__, lazy={"OtelTraceAdapter": "agl_stream.adapter.upstream"})
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

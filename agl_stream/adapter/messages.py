@@ -138,5 +138,5 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
 #: upstream's name of the GenAI attribute grouping (``gen_ai.prompt.0.role`` -> ``[{"role": ...}]``)
 group_genai_dict = group_indexed
 
-if not TYPE_CHECKING:  # static checkers keep reporting unknown names
-    __getattr__ = module_getattr(__name__, replaced=["convert_to_openai_messages"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

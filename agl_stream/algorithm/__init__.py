@@ -5,6 +5,8 @@ service package (``agl_stream_trainer``); ``agl_stream.APO`` / ``agl_stream.VERL
 use, so this package stays light; ``agl_stream.algorithm.APO`` / ``.VERL`` (upstream's names here) too.
 """
 
+from typing import TYPE_CHECKING
+
 from agl_stream._porting import module_getattr
 from agl_stream.algorithm.base import Algorithm, FunctionalAlgorithm, algo, build_component
 from agl_stream.algorithm.baseline import Baseline, FastAlgorithm
@@ -32,7 +34,5 @@ __all__ = [
     "success_report",
 ]
 
-# no static import: agl_stream never imports a service package (tests/test_service_boundaries.py)
-__getattr__ = module_getattr(
-    __name__, lazy={"APO": "agl_stream_trainer.algorithms.apo", "VERL": "agl_stream_trainer.rl"}
-)
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -29,5 +29,5 @@ __all__ = [
     "UnsupportedOnStream",
 ]
 
-if not TYPE_CHECKING:  # upstream's v0.1 client names at this path answer with their replacement
-    __getattr__ = module_getattr(__name__, replaced=["AgentLightningClient", "DevTaskLoader"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

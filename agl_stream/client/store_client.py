@@ -23,7 +23,6 @@ import os
 import time
 from typing import Any, Callable, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field
 
 from agl_stream.client.errors import ConsistencyTimeout, UnsupportedOnStream
 from agl_stream.client.follow import TopicFollower
@@ -43,6 +42,7 @@ from agl_stream.types import (
     AttemptedRollout,
     AttemptEvent,
     AttemptStatus,
+    EnqueueRolloutRequest,
     NamedResources,
     ResourcesUpdate,
     Rollout,
@@ -62,17 +62,6 @@ CONTROL_HEADER = "agl-kind"
 WATCHDOG_STATUSES = frozenset({"timeout", "unresponsive"})
 FINISHED_BY_RUNNER = frozenset({"succeeded", "failed"})
 TRACER_NAME = "agl-stream-store-client"
-
-
-class EnqueueRolloutRequest(BaseModel):
-    """One rollout to enqueue (upstream's request model)."""
-
-    model_config = ConfigDict(extra="forbid")
-    input: Any = None
-    mode: Optional[RolloutMode] = None
-    resources_id: Optional[str] = None
-    config: Optional[RolloutConfig] = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class _AttemptWrites:

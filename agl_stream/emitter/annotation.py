@@ -68,9 +68,5 @@ def emit_exception(
     )
 
 
-if TYPE_CHECKING:
-    from agl_stream.emitter.operation import OperationContext, operation
-else:  # upstream's module defines them; ours imports this one, so they resolve on first use
-    __getattr__ = module_getattr(
-        __name__, lazy={"OperationContext": "agl_stream.emitter.operation", "operation": "agl_stream.emitter.operation"}
-    )
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

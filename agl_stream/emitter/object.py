@@ -12,5 +12,5 @@ from agl_stream.emitter.readers import get_object_value
 
 __all__ = ["emit_object", "get_object_value"]
 
-if not TYPE_CHECKING:  # static checkers keep reporting unknown names
-    __getattr__ = module_getattr(__name__, replaced=["encode_object"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -86,5 +86,5 @@ def find_final_reward(spans: Iterable[Any]) -> Optional[float]:
     return rewards.find_final_reward(spans)
 
 
-if not TYPE_CHECKING:  # upstream's deprecated ``@reward`` decorator is refused with its replacement
-    __getattr__ = module_getattr(__name__, replaced=["reward"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

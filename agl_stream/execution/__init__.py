@@ -8,9 +8,5 @@ from typing import TYPE_CHECKING
 
 from agl_stream._porting import module_getattr
 
-if not TYPE_CHECKING:  # static checkers keep reporting unknown names
-    __getattr__ = module_getattr(
-        __name__,
-        replaced=["ClientServerExecutionStrategy", "ExecutionEvent", "ExecutionStrategy", "MultiprocessingEvent",
-                  "SharedMemoryExecutionStrategy", "ThreadingEvent"],
-    )  # fmt: skip
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -143,9 +143,5 @@ def deactivate(name: str) -> bool:
     return instrumentor is not None
 
 
-if not TYPE_CHECKING:  # upstream's AgentOps-era switches and flags: refused with the replacement
-    __getattr__ = module_getattr(
-        __name__,
-        replaced=["AGENTOPS_INSTALLED", "AGENTOPS_LANGCHAIN_INSTALLED", "LITELLM_INSTALLED", "VLLM_INSTALLED",
-                  "WEAVE_INSTALLED", "instrument_all", "uninstrument_all"],
-    )  # fmt: skip
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -11,5 +11,5 @@ from agl_stream.runner.system_snapshot import system_snapshot
 
 __all__ = ["RUNNER_GROUP", "Hook", "LitAgentRunner", "RunnerStats", "load_agent", "system_snapshot"]
 
-if not TYPE_CHECKING:  # upstream's runner base class and v0.1 runner: refused with the replacement
-    __getattr__ = module_getattr(__name__, replaced=["LegacyAgentRunner", "Runner"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

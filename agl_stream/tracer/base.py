@@ -117,5 +117,5 @@ class Tracer(ParallelWorkerBase, ABC):
         """Wait until every span of the attempt left the process (or failed)."""
 
 
-if not TYPE_CHECKING:  # upstream's decorator for its tracers' context managers: refused with the replacement
-    __getattr__ = module_getattr(__name__, replaced=["with_active_tracer_context"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

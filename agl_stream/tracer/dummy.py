@@ -10,5 +10,5 @@ from agl_stream.tracer.compat import DummyTracer
 
 __all__ = ["DummyTracer"]
 
-if not TYPE_CHECKING:  # static checkers keep reporting unknown names
-    __getattr__ = module_getattr(__name__, replaced=["DummySpanRecordingContext"])
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

@@ -244,9 +244,5 @@ def _instrument_llm_clients(provider: TracerProvider) -> None:
     logger.debug("instrumented (when imported): %s", ", ".join(armed) or "nothing")
 
 
-if not TYPE_CHECKING:  # upstream's store-writing processor and helpers: refused with the replacement
-    __getattr__ = module_getattr(
-        __name__,
-        replaced=["LightningSpanProcessor", "OtelSpanRecordingContext", "STORE_WRITE_TIMEOUT_SECONDS",
-                  "to_otel_status_code"],
-    )  # fmt: skip
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

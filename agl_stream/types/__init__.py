@@ -12,6 +12,7 @@ from agl_stream.types.core import (
     Attempt,
     AttemptedRollout,
     AttemptStatus,
+    EnqueueRolloutRequest,
     Rollout,
     RolloutConfig,
     RolloutMode,
@@ -66,6 +67,7 @@ __all__ = [
     "AttemptStatus",
     "AttemptedRollout",
     "DeadLetter",
+    "EnqueueRolloutRequest",
     "Event",
     "LLM",
     "Link",
@@ -94,13 +96,5 @@ __all__ = [
     "WorkerStatus",
 ]
 
-if TYPE_CHECKING:
-    from agl_stream.client.store_client import EnqueueRolloutRequest
-    from agl_stream.runner.hooks import Hook
-else:  # upstream's package has these too; they resolve on first use (their modules import this package)
-    __getattr__ = module_getattr(
-        __name__,
-        lazy={"EnqueueRolloutRequest": "agl_stream.client.store_client", "Hook": "agl_stream.runner.hooks"},
-        replaced=["FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy",
-                  "RolloutRawResultLegacy", "SortOptions", "Task", "TaskIfAny"],
-    )  # fmt: skip
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

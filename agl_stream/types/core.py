@@ -89,26 +89,18 @@ class Worker(_Model):
     current_attempt_id: Optional[str] = None
 
 
-# Upstream's ``agentlightning.types.core`` also holds these; agl-stream defines them beside what uses
-# them, so they resolve on first use (importing them here would be circular) and upstream's v0.1 and
-# store-query types are refused with their replacement.
-_UPSTREAM_LAZY = {
-    "Dataset": "agl_stream.types.upstream",
-    "ParallelWorkerBase": "agl_stream.types.upstream",
-    "RolloutRawResult": "agl_stream.types.upstream",
-    "Triplet": "agl_stream.types.triplets",
-    "EnqueueRolloutRequest": "agl_stream.client.store_client",
-    "Hook": "agl_stream.runner.hooks",
-}
-_UPSTREAM_REPLACED = (
-    "FilterField", "FilterOptions", "GenericResponse", "PaginatedResult", "RolloutLegacy", "RolloutRawResultLegacy",
-    "SortOptions", "Task", "TaskIfAny",
-)  # fmt: skip
+class EnqueueRolloutRequest(BaseModel):
+    """One rollout to enqueue (upstream's request model; ``StoreClient.enqueue_many_rollouts`` takes a list)."""
 
-if TYPE_CHECKING:
-    from agl_stream.client.store_client import EnqueueRolloutRequest
-    from agl_stream.runner.hooks import Hook
-    from agl_stream.types.triplets import Triplet
-    from agl_stream.types.upstream import Dataset, ParallelWorkerBase, RolloutRawResult
-else:  # static checkers keep reporting unknown names
-    __getattr__ = module_getattr(__name__, replaced=_UPSTREAM_REPLACED, lazy=_UPSTREAM_LAZY)
+    model_config = ConfigDict(extra="forbid")
+    input: Any = None
+    mode: Optional[RolloutMode] = None
+    resources_id: Optional[str] = None
+    config: Optional[RolloutConfig] = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# Upstream's ``agentlightning.types.core`` also holds names agl-stream defines beside what uses them (they
+# resolve on first use) and v0.1 and store-query types it refuses with their replacement.
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

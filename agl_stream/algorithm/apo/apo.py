@@ -3,11 +3,9 @@ internals (prompt files, versioned templates, rollout result type) are refused w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agl_stream._porting import module_getattr
 
-# no static import: agl_stream never imports a service package (tests/test_service_boundaries.py)
-__getattr__ = module_getattr(
-    __name__,
-    lazy={"APO": "agl_stream_trainer.algorithms.apo"},
-    replaced=["APPLY_EDIT_PROMPT_FILES", "GRADIENT_PROMPT_FILES", "RolloutResultForAPO", "VersionedPromptTemplate"],
-)
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)

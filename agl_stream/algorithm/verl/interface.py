@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agl_stream._porting import module_getattr
 
-# no static import: agl_stream never imports a service package (tests/test_service_boundaries.py)
-__getattr__ = module_getattr(__name__, lazy={"VERL": "agl_stream_trainer.rl"})
+if not TYPE_CHECKING:  # upstream's names in this module, kept or refused: the tables in agl_stream/_porting.py
+    __getattr__ = module_getattr(__name__)
