@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from agl_stream.config import Settings
 from agl_stream.kafka._options import connection_options
 from agl_stream.serialization import encode
+from agl_stream.service import Backoff, retrying
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +51,14 @@ def is_retriable(exc: BaseException) -> bool:
 
 async def start_with_retry(client: Any, what: str, timeout: float) -> None:
     """Start an aiokafka client, retrying with backoff while the broker is unreachable."""
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    while True:
-        try:
-            await client.start()
-            return
-        except Exception as exc:  # aiokafka raises several types for "not reachable yet"
-            if not is_retriable(exc) or time.monotonic() + delay > deadline:
-                raise KafkaUnavailable(f"{what}: could not connect to Kafka within {timeout:.0f}s: {exc!r}") from exc
-            logger.warning("%s: broker not reachable (%s); retrying in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    try:
+        # aiokafka raises several types for "not reachable yet"
+        async for attempt in retrying(f"{what}: connecting to Kafka", backoff=Backoff(0.1, 2.0), timeout=timeout,
+                                      retry_if=is_retriable, log=logger):  # fmt: skip
+            with attempt:
+                await client.start()
+    except Exception as exc:
+        raise KafkaUnavailable(f"{what}: could not connect to Kafka within {timeout:.0f}s: {exc!r}") from exc
 
 
 class RecordProducer:

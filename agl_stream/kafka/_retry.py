@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import logging
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying
 
 from agl_stream.kafka._producer import is_retriable
+from agl_stream.service import Backoff, retrying
 
 logger = logging.getLogger(__name__)
 
 
 def retrying_while_unreachable(what: str, timeout: float) -> AsyncRetrying:
-    """Retry on aiokafka's retriable errors (exponential backoff 0.1-2 s) for up to ``timeout`` seconds, then re-raise.
+    """The kit's retry loop on aiokafka's retriable errors (backoff 0.1-2 s) for up to ``timeout`` seconds.
 
         async for attempt in retrying_while_unreachable("topics", 60):
             with attempt:
                 await operation()
     """
-
-    def log(state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome is not None else None
-        logger.warning("%s: Kafka not reachable (%r); retrying in %.1fs", what, error, state.upcoming_sleep)
-
-    return AsyncRetrying(
-        retry=retry_if_exception(is_retriable), stop=stop_after_delay(timeout),
-        wait=wait_exponential(multiplier=0.1, max=2.0), before_sleep=log, reraise=True,
-    )  # fmt: skip
+    return retrying(f"{what}: Kafka not reachable", backoff=Backoff(0.1, 2.0), timeout=timeout, retry_if=is_retriable,
+                    log=logger)  # fmt: skip

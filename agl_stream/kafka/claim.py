@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Optional
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.kafka._consumer import RecordConsumer
+from agl_stream.service import Backoff, retrying
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ RUNNERS_GROUP = "agl-runners"
 #: its writer runs it, so consumers of the runners' group skip it
 CLAIMED_HEADER = "agl-claimed"
 
+
+
+class _Moved(Exception):
+    """The record's partition moved to another member before its ``started`` was acknowledged."""
 
 def is_preclaimed(headers: dict[str, bytes]) -> bool:
     return CLAIMED_HEADER in headers
@@ -63,17 +68,16 @@ async def claim_record(
     new tenure redelivers it from the committed offset, and only that delivery may claim it.
     """
     owner = tenure
-    delay = 0.2
-    while True:
-        if owner is None or consumer.ownership(record) != owner:
-            return False
-        try:
-            await report_started()
-            break
-        except Exception as exc:  # the producer already retried; keep trying while the partition is ours
-            logger.warning("could not report %s started (%r); retrying in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    try:
+        # the producer already retried; keep trying, with no end, while the partition is ours
+        async for attempt in retrying(f"report {what} started", backoff=Backoff(0.2, 5.0), log=logger,
+                                      retry_if=lambda exc: not isinstance(exc, _Moved)):  # fmt: skip
+            with attempt:
+                if owner is None or consumer.ownership(record) != owner:
+                    raise _Moved
+                await report_started()
+    except _Moved:
+        return False
     consumer.done(record)
     delay = 0.01  # an earlier claim in flight usually commits within milliseconds: look again soon
     while not consumer.is_committed(record):

@@ -48,6 +48,7 @@ from agl_stream.client.resources import ResourceCache
 from agl_stream.config import Settings
 from agl_stream.emitter.annotation import emit_exception
 from agl_stream.kafka import DeadLetterWriter, Decoded, RecordConsumer, RecordProducer, Rejected
+from agl_stream.service import Backoff, retrying
 from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
 from agl_stream.litagent import LitAgent
 from agl_stream.runner.hooks import Hook, HookRunner
@@ -442,23 +443,18 @@ class LitAgentRunner:
         self, rollout: AttemptedRollout, status: str, error: Optional[str], span_count: int, metadata: dict[str, Any]
     ) -> bool:
         """Report ``finished``, retrying for up to ``flush_timeout`` seconds (the task is already committed)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.flush_timeout
-        delay = 0.2
-        while True:
-            try:
-                await self._send_event(rollout, "finished", status=status, error=error, span_count=span_count,
-                                       metadata=metadata, wait=True)  # fmt: skip
-                return True
-            except Exception as exc:
-                if loop.time() + delay > deadline:
-                    # The state machine's watchdog closes the attempt (unresponsive) and retries it if configured.
-                    logger.error("could not report attempt %s finished (%r); giving up after %.0fs",
-                                 rollout.attempt.attempt_id, exc, self.flush_timeout)  # fmt: skip
-                    return False
-                logger.warning("could not report attempt %s finished (%r); retrying", rollout.attempt.attempt_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        try:
+            async for attempt in retrying(f"report attempt {rollout.attempt.attempt_id} finished", backoff=Backoff(0.2, 5.0),
+                                          timeout=self.flush_timeout, log=logger):  # fmt: skip
+                with attempt:
+                    await self._send_event(rollout, "finished", status=status, error=error, span_count=span_count,
+                                           metadata=metadata, wait=True)  # fmt: skip
+        except Exception as exc:
+            # The state machine's watchdog closes the attempt (unresponsive) and retries it if configured.
+            logger.error("could not report attempt %s finished (%r); giving up after %.0fs",
+                         rollout.attempt.attempt_id, exc, self.flush_timeout)  # fmt: skip
+            return False
+        return True
 
     async def _commit(self) -> None:
         """Commit done offsets now; concurrent claims share one commit request."""

@@ -9,6 +9,7 @@
   or as its main job), on a socket from :func:`bound_socket`.
 - :func:`add_health_routes` / :func:`health_app`: one health answer behind every probe path.
 - :func:`presented_token` / :func:`token_verdict`: the one token check (each service words its refusal).
+- :func:`retrying` / :func:`retrying_blocking`: the one retry loop with backoff (tenacity underneath).
 
 Bounds, per service: ``docs/operations.md``, "Stopping".
 """
@@ -17,6 +18,7 @@ from agl_stream.service._exit import ExitCode
 from agl_stream.service._health import HealthCheck, add_health_routes, always_healthy, health_app
 from agl_stream.service._http import HttpHost, bound_socket, serve_workers
 from agl_stream.service._token import TokenVerdict, presented_token, token_verdict
+from agl_stream.service._retry import Backoff, RetryStopped, retrying, retrying_blocking
 from agl_stream.service._kernel import arm_parent_death, become_subreaper, die_with_parent
 from agl_stream.service._stop import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -40,11 +42,13 @@ from agl_stream.service._supervisor import (
 __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT_S",
     "KILL_MARGIN_S",
+    "Backoff",
     "STOP_GRACE_S",
     "STOP_WITH_PARENT_ENV",
     "ExitCode",
     "HealthCheck",
     "HttpHost",
+    "RetryStopped",
     "ServiceCrashed",
     "ServiceProcess",
     "StopDeadline",
@@ -61,6 +65,8 @@ __all__ = [
     "health_app",
     "kill_all",
     "presented_token",
+    "retrying",
+    "retrying_blocking",
     "run_until_signal",
     "serve_workers",
     "stop_bound",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Optional, Protocol
 
 from aiokafka.partitioner import DefaultPartitioner
+from tenacity import RetryCallState
 
 from agl_stream.config import Settings
 from agl_stream.kafka import connection_options, is_retriable, start_with_retry
+from agl_stream.service import Backoff, retrying
 from agl_stream.tracer.convert import SpanDoc, doc_to_span
 from agl_stream.tracer.sizing import fit_doc
 
@@ -167,28 +168,26 @@ class KafkaSpanSink:
             self._progress.notify_all()
 
     async def _deliver(self, partition: int, records: list[tuple[bytes, bytes]], batch: Any) -> None:
-        deadline = time.monotonic() + self.delivery_timeout
-        attempt = 0
-        while True:
-            try:
-                future = await self._producer.send_batch(batch, self.topic, partition=partition)
-                await future
-                self.spans_delivered += len(records)
-                return
-            except Exception as exc:
-                delay = min(0.1 * 2**attempt, 2.0)
-                if not is_retriable(exc) or time.monotonic() + delay > deadline:
-                    self.spans_failed += len(records)
-                    logger.error("%d span(s) to %s[%d] could not be delivered: %r", len(records), self.topic, partition, exc)
-                    return
-                if attempt == 0:
-                    logger.warning("span batch to %s[%d] failed (%r); retrying", self.topic, partition, exc)
-                self.batches_retried += 1
-                attempt += 1
-                await asyncio.sleep(delay)
-                batch = self._producer.create_batch()
-                for key, value in records:
-                    batch.append(timestamp=None, key=key, value=value)
+        def note(state: RetryCallState) -> None:
+            if state.attempt_number == 1:  # one line per batch: a broker outage would flood the agent's log
+                error = state.outcome.exception() if state.outcome is not None else None
+                logger.warning("span batch to %s[%d] failed (%r); retrying", self.topic, partition, error)
+            self.batches_retried += 1
+
+        try:
+            async for attempt in retrying(f"span batch to {self.topic}[{partition}]", backoff=Backoff(0.1, 2.0),
+                                          timeout=self.delivery_timeout, retry_if=is_retriable, before_sleep=note):  # fmt: skip
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:  # a sent batch is spent: build it again
+                        batch = self._producer.create_batch()
+                        for key, value in records:
+                            batch.append(timestamp=None, key=key, value=value)
+                    await (await self._producer.send_batch(batch, self.topic, partition=partition))
+        except Exception as exc:
+            self.spans_failed += len(records)
+            logger.error("%d span(s) to %s[%d] could not be delivered: %r", len(records), self.topic, partition, exc)
+            return
+        self.spans_delivered += len(records)
 
     async def flush(self) -> None:
         """Wait until every span written so far is acknowledged (or counted failed)."""

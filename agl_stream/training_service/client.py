@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
+from tenacity import RetryCallState
+
+from agl_stream.service import Backoff, retrying_blocking
 from agl_stream.training_service.agent import AgentFunc, ServiceAgent
 from agl_stream.training_service.types import (
     CheckpointInfo,
@@ -35,6 +38,14 @@ logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "AGL_SERVER_TOKEN"
 RETRY_STATUSES = (502, 503, 504)
+
+
+class _RetryAnswer(Exception):
+    """A 502/503/504 answer, raised to be retried (kept for its error when the tries run out)."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
 EXPORT_FORMATS = ("huggingface", "safetensors", "onnx")
 
 
@@ -86,21 +97,25 @@ class Client:
         left unread (the caller reads it and closes the response)."""
         import httpx
 
-        delay = self.retry_delay
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self._http.send(self._http.build_request(method, path, **kwargs), stream=stream)
-            except httpx.TransportError as exc:
-                if attempt == self.max_retries:
-                    raise TrainingServiceError(f"cannot reach the training server at {self.server_url}: {exc}",
-                                               code="unreachable") from exc  # fmt: skip
-            else:
-                if response.status_code not in RETRY_STATUSES or attempt == self.max_retries:
-                    return self._checked(response)
-                response.close()
-            time.sleep(delay)
-            delay = min(delay * 2, 8.0)
-        raise AssertionError("unreachable")
+        def release(state: RetryCallState) -> None:  # a retried answer's connection goes back to the pool
+            error = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(error, _RetryAnswer):
+                error.response.close()
+
+        try:
+            for attempt in retrying_blocking(f"{method} {path}", backoff=Backoff(self.retry_delay, 8.0),
+                                             attempts=self.max_retries + 1, before_sleep=release,
+                                             retry_if=lambda exc: isinstance(exc, (httpx.TransportError, _RetryAnswer))):  # fmt: skip
+                with attempt:
+                    response = self._http.send(self._http.build_request(method, path, **kwargs), stream=stream)
+                    if response.status_code in RETRY_STATUSES:
+                        raise _RetryAnswer(response)
+        except httpx.TransportError as exc:
+            raise TrainingServiceError(f"cannot reach the training server at {self.server_url}: {exc}",
+                                       code="unreachable") from exc  # fmt: skip
+        except _RetryAnswer as exc:
+            return self._checked(exc.response)  # the last answer, still 502/503/504: its error
+        return self._checked(response)
 
     @staticmethod
     def _checked(response: Any) -> Any:

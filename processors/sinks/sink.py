@@ -24,10 +24,12 @@ from typing import Awaitable, Callable, Optional, TypeVar
 
 import pyarrow as pa
 from aiokafka.structs import ConsumerRecord
+from tenacity import RetryCallState
 
 from agl_stream.config import Settings
 from agl_stream.kafka import DeadLetterWriter, RecordConsumer, RecordProducer
 from agl_stream.serialization import RecordError, decode
+from agl_stream.service import Backoff, RetryStopped, retrying
 from agl_stream.types import DeadLetter
 from agl_stream_processors.clickhouse.client import ClickHouse
 from agl_stream_processors.clickhouse.columns import ColumnBatch, RowError
@@ -103,6 +105,8 @@ class Sink:
         self.settings = settings
         self.ch = ch
         self.dlq = DeadLetterWriter(settings.topic("dlq"), dlq, f"sink-{spec.name}") if dlq is not None else None
+        # the rows of the dead_letters table (the topic's letters are counted by self.dlq when sent)
+        self._letters = DeadLetterWriter(settings.topic("dlq"), None, f"sink-{spec.name}")
         self.options = options
         self.topic = settings.topic(spec.topic)
         self.stats = SinkStats(max_pending=2 * options.batch_size)
@@ -228,8 +232,7 @@ class Sink:
         return f"cannot convert to {self.spec.table} rows: {exc}"
 
     def _dead_letter(self, reason: str, error_type: str, record: ConsumerRecord) -> DeadLetter:
-        writer = self.dlq or DeadLetterWriter(self.settings.topic("dlq"), None, f"sink-{self.name}")
-        return writer.letter(reason, record=record, error_type=error_type)
+        return self._letters.letter(reason, record=record, error_type=error_type)
 
     async def _flush(self, consumer: RecordConsumer, batch: _Batch, stop: asyncio.Event) -> None:
         table, bad = await asyncio.to_thread(self._rows, batch)  # CPU-bound: keep the loop (heartbeats) responsive
@@ -274,26 +277,24 @@ class Sink:
             await self._retry(publish, stop, f"publish to {writer.topic}")
 
     async def _retry(self, action: Callable[[], Awaitable[T]], stop: asyncio.Event, what: str) -> T:
-        delay = self.options.retry_initial
-        attempt = 0
-        while True:
-            try:
-                result = await action()
-                if attempt:
-                    logger.info("sink %s: %s succeeded after %d retries", self.name, what, attempt)
-                    self.stats.last_error = None
-                return result
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                attempt += 1
-                self.stats.retries += 1
-                self.stats.last_error = f"{what}: {exc!r}"[:500]
-                logger.error("sink %s: %s failed (attempt %d, retrying in %.1fs): %r", self.name, what, attempt, delay, exc)
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
-                    raise SinkStopped(what)
-                except asyncio.TimeoutError:
-                    pass
-                delay = min(delay * 2, self.options.retry_max)
+        """``action`` until it succeeds (nothing is committed meanwhile), or the service stops (SinkStopped)."""
+
+        def note(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            self.stats.retries += 1
+            self.stats.last_error = f"{what}: {error!r}"[:500]
+            logger.error("sink %s: %s failed (attempt %d, retrying in %.1fs): %r", self.name, what, state.attempt_number,
+                         state.upcoming_sleep, error)  # fmt: skip
+
+        try:
+            async for attempt in retrying(what, backoff=Backoff(self.options.retry_initial, self.options.retry_max),
+                                          stop=stop, before_sleep=note):  # fmt: skip
+                with attempt:
+                    result = await action()
+        except RetryStopped:
+            raise SinkStopped(what) from None
+        if attempt.retry_state.attempt_number > 1:
+            logger.info("sink %s: %s succeeded after %d retries", self.name, what, attempt.retry_state.attempt_number - 1)
+            self.stats.last_error = None
+        return result
 
