@@ -117,9 +117,10 @@ SEED ?= 1
 DURATION ?= 300
 ROLLOUTS ?= 2000
 EVERY ?= 30
+LEARNER_TIMEOUT ?= 1800
 nemesis: setup
 	$(BIN)/python -m tests.faults.nemesis --seed $(SEED) --duration $(DURATION) --rollouts $(ROLLOUTS) --every $(EVERY) \
-	  --json docs/bench-report/nemesis-seed$(SEED).json --plot docs/img/nemesis-seed$(SEED).png
+	  --learner-timeout $(LEARNER_TIMEOUT) --json docs/bench-report/nemesis-seed$(SEED).json --plot docs/img/nemesis-seed$(SEED).png
 
 # make chaos RUNS=5: every scenario 5 times over (whole passes, pytest-repeat), one result line per run
 RUNS ?= 1

@@ -11,13 +11,17 @@ Pure bookkeeping (no Kafka), driven by the processor with a monotonic clock:
 * a span for an attempt that was already adapted (remembered for ``late_window_seconds``) is
   **late**: the processor counts it and dead-letters it with reason "late span" (no re-adaptation:
   the trajectory may already be trained on; the dead letter keeps the bytes for a replay);
-* spans whose attempt never finishes are **abandoned** after ``orphan_seconds`` (the runner died;
-  the state machine requeues the rollout as a new attempt) and dead-lettered, so memory stays bounded.
-  That too is judged by read progress, of ``agl.attempts``: ``orphan_seconds`` must have passed on the
-  processor's clock *and* in what it read of the attempt events since the first span was produced. A
-  processor paused for longer than that (SIGSTOP, a long GC, a stalled partition) otherwise abandoned
-  attempts whose ``finished`` event waited, unread, in its fetch buffer: their trajectories left with no
-  spans (the nemesis lost the triplets of final attempts this way).
+* spans whose attempt goes silent are **abandoned** after ``orphan_seconds`` (the runner died; the
+  state machine requeues the rollout as a new attempt) and dead-lettered, so memory stays bounded.
+  Silent means no sign of life: no span and no attempt event (``started``, heartbeats) of the attempt.
+  A slow attempt whose runner still heartbeats is alive: abandoning one at ``orphan_seconds`` after its
+  first span dead-lettered the spans it had, and when its ``finished`` came it was adapted from the rest
+  after the grace period (the nemesis, with a broker node killed mid-attempt: 11 of 23 spans).
+  Silence too is judged by read progress, of ``agl.attempts``: ``orphan_seconds`` must have passed on
+  the processor's clock *and* in what it read of the attempt events since the last sign of life was
+  produced. A processor paused for longer than that (SIGSTOP, a long GC, a stalled partition) otherwise
+  abandoned attempts whose ``finished`` event waited, unread, in its fetch buffer: their trajectories
+  left with no spans (the nemesis lost the triplets of final attempts this way).
 
 What the buffer remembers about adapted attempts is per partition, and a partition that moves away
 takes it along (:meth:`AttemptBuffer.drop_partitions`): its uncommitted records are redelivered to the
@@ -63,7 +67,8 @@ class PendingAttempt:
     attempt_id: str
     partition: Optional[int]
     first_seen: float
-    first_produced: Optional[float] = None  # epoch time the earliest of its span records was produced
+    last_seen: float = 0.0  # processor clock: when its latest span or attempt event was read
+    last_produced: Optional[float] = None  # epoch time its latest span or attempt event was produced
     spans: dict[str, Span] = field(default_factory=dict)
     tokens: list[Any] = field(default_factory=list)
     finished: Optional[AttemptEvent] = None
@@ -73,6 +78,11 @@ class PendingAttempt:
     @property
     def key(self) -> AttemptKey:
         return (self.rollout_id, self.attempt_id)
+
+    def alive(self, now: float, produced_at: Optional[float]) -> None:
+        self.last_seen = max(self.last_seen, now)
+        if produced_at is not None:
+            self.last_produced = produced_at if self.last_produced is None else max(self.last_produced, produced_at)
 
     @property
     def expected_spans(self) -> Optional[int]:
@@ -117,7 +127,7 @@ class AttemptBuffer:
         key = (rollout_id, attempt_id)
         item = self.pending.get(key)
         if item is None:
-            item = self.pending[key] = PendingAttempt(rollout_id, attempt_id, partition, now)
+            item = self.pending[key] = PendingAttempt(rollout_id, attempt_id, partition, now, last_seen=now)
         return item
 
     def was_adapted(self, rollout_id: str, attempt_id: str) -> bool:
@@ -140,17 +150,25 @@ class AttemptBuffer:
         if key in self._adapted:
             return SpanOutcome.LATE
         item = self._get(span.rollout_id, span.attempt_id, partition, now)
-        if produced_at is not None:
-            item.first_produced = produced_at if item.first_produced is None else min(item.first_produced, produced_at)
+        item.alive(now, produced_at)
         item.tokens.append(token)
         if span.span_id in item.spans:
             return SpanOutcome.DUPLICATE
         item.spans[span.span_id] = span
         return SpanOutcome.BUFFERED
 
-    def add_started(self, event: AttemptEvent, partition: Optional[int], now: float) -> None:
+    def add_started(self, event: AttemptEvent, partition: Optional[int], now: float,
+                    produced_at: Optional[float] = None) -> None:  # fmt: skip
         if not self.was_adapted(event.rollout_id, event.attempt_id):
-            self._get(event.rollout_id, event.attempt_id, partition, now).started = event
+            item = self._get(event.rollout_id, event.attempt_id, partition, now)
+            item.started = event
+            item.alive(now, produced_at)
+
+    def note_alive(self, rollout_id: str, attempt_id: str, now: float, produced_at: Optional[float] = None) -> None:
+        """A sign of life of an attempt (a heartbeat) whose spans are buffered: its orphan time starts again."""
+        item = self.pending.get((rollout_id, attempt_id))
+        if item is not None:
+            item.alive(now, produced_at)
 
     def add_finished(
         self, event: AttemptEvent, token: Any, partition: Optional[int], now: float, produced_at: Optional[float] = None
@@ -189,16 +207,16 @@ class AttemptBuffer:
         return ready
 
     def take_abandoned(self, now: float, attempts_read_through: Optional[float] = None) -> list[PendingAttempt]:
-        """Attempts with spans but no ``finished`` event for ``orphan_seconds``, on the processor's clock (``now``)
-        and in the attempt events read: ``attempts_read_through`` is the epoch time before which every attempt
-        event was read (None: not known, the clock alone decides)."""
+        """Attempts with spans but no ``finished`` event and no sign of life for ``orphan_seconds``, on the
+        processor's clock (``now``) and in the attempt events read: ``attempts_read_through`` is the epoch time
+        before which every attempt event was read (None: not known, the clock alone decides)."""
 
         def orphaned(item: PendingAttempt) -> bool:
-            if item.finished is not None or now - item.first_seen < self.orphan_seconds:
+            if item.finished is not None or now - item.last_seen < self.orphan_seconds:
                 return False
-            if attempts_read_through is None or item.first_produced is None:
+            if attempts_read_through is None or item.last_produced is None:
                 return True
-            return attempts_read_through - item.first_produced >= self.orphan_seconds
+            return attempts_read_through - item.last_produced >= self.orphan_seconds
 
         abandoned = [item for item in self.pending.values() if orphaned(item)]
         for item in abandoned:

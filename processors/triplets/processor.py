@@ -426,8 +426,11 @@ class TripletProcessor:
             else:
                 self.counts["attempts_finished"] += 1
         else:
+            produced_at = record.timestamp / 1000.0 if record.timestamp is not None else None
             if event.kind == "started":
-                self.buffer.add_started(event, record.partition, now)
+                self.buffer.add_started(event, record.partition, now, produced_at)
+            else:  # a heartbeat: the runner is alive, so its attempt is not an orphan however long it takes
+                self.buffer.note_alive(event.rollout_id, event.attempt_id, now, produced_at)
             self._consumer.done(record)
 
     async def _ingest_span(self, record: ConsumerRecord, now: float) -> None:

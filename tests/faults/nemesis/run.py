@@ -312,13 +312,26 @@ async def report_waiting(store: StoreClient, enq: Enqueued, executor: Executor, 
               + "".join(f"\n    {line}" for line in stuck[:3]), flush=True)  # fmt: skip
 
 
-async def wait_learner(learner: Learner, succeeded: set[str], timeout: float) -> None:
-    """Until the learner's runs together trained every succeeded rollout (or ``timeout``; the audit says what not)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        trained = audit_learner(await asyncio.to_thread(learner.runs)).trained
-        if succeeded <= set(trained):
+async def wait_learner(learner: Learner, succeeded: set[str], timeout: float, *, stall: float = 90.0,
+                       report_every: float = 30.0) -> None:  # fmt: skip
+    """Until the learner's runs together trained every succeeded rollout, or trained none more for ``stall``
+    seconds, or ``timeout`` (the audit says what is untrained). On 2 cores the learner trails the workload
+    (1-1.2 steps/s while the stack runs, 2 once it idles), so a long run ends with a backlog it works off."""
+    began = last_progress = last_report = time.monotonic()
+    best = -1
+    while time.monotonic() - began < timeout:
+        trained = len(succeeded & set(audit_learner(await asyncio.to_thread(learner.runs)).trained))
+        if trained >= len(succeeded):
             return
+        now = time.monotonic()
+        if trained > best:
+            best, last_progress = trained, now
+        elif now - last_progress >= stall:
+            print(f"  the learner trained nothing more for {stall:.0f} s ({trained} of {len(succeeded)})", flush=True)
+            return
+        if now - last_report >= report_every:
+            print(f"  learner: {trained} of {len(succeeded)} succeeded rollouts trained", flush=True)
+            last_report = now
         await asyncio.sleep(2.0)
 
 
@@ -407,7 +420,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             succeeded = set(succeeded_ids(store, enq))
             if learner is not None:
                 print(f"  drained at {time.monotonic() - t0:6.1f} s; the learner catches up", flush=True)
-                await wait_learner(learner, succeeded, timeout=min(300.0, left()))
+                await wait_learner(learner, succeeded, timeout=max(args.learner_timeout, min(300.0, left())))
                 print(f"  learner done at {time.monotonic() - t0:6.1f} s", flush=True)
             for task in background:  # the span reader uses the client closed next (the finally reaps them)
                 task.cancel()
@@ -478,6 +491,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--front-door", action=argparse.BooleanOptionalAction, default=True,
                         help="run the store front door; half the rollouts go through it, their spans read back")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every rollout after the run")
+    parser.add_argument("--learner-timeout", type=float, default=0.0,
+                        help="seconds the learner may take to work off its backlog after the rollouts (at least "
+                             "min(300, what --timeout leaves); it stops earlier once it trains nothing for 90 s)")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule for these targets and exit")
     parser.add_argument("--json", type=Path, default=None, help="write the schedule, what was applied and the audit here")
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the run's data and logs here (default: a temp dir)")

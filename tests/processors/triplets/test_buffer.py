@@ -84,6 +84,36 @@ def test_an_attempt_is_not_abandoned_before_the_attempt_events_are_read_past_its
     assert buf.take_abandoned(now=51.0, attempts_read_through=2000.0) == []
 
 
+def heartbeat(attempt: str = A) -> AttemptEvent:
+    return AttemptEvent(kind="heartbeat", rollout_id=R, attempt_id=attempt)
+
+
+def test_a_slow_attempt_whose_runner_heartbeats_is_not_abandoned() -> None:
+    """The nemesis killed a broker node mid-attempt: the attempt took 24 s, heartbeating every second, and was
+    abandoned 15 s after its first span; its buffered spans were dead-lettered, and when ``finished`` came it
+    was adapted from the other 11 of 23 spans after the grace period. Silence is what makes an orphan."""
+    buf = AttemptBuffer(orphan_seconds=15, grace_seconds=30)
+    for i in range(12):
+        buf.add_span(span(i), f"r{i}", 0, now=0.0, produced_at=1000.0)
+    for t in range(1, 24):  # a heartbeat a second, read as produced
+        buf.note_alive(R, A, now=float(t), produced_at=1000.0 + t)
+        assert buf.take_abandoned(now=float(t), attempts_read_through=1000.0 + t) == []
+    for i in range(12, 23):
+        buf.add_span(span(i), f"r{i}", 0, now=24.0, produced_at=1024.0)
+    buf.add_finished(finished(23), "f", 0, now=24.0, produced_at=1024.0)
+    (item,) = buf.take_ready(now=24.0, read_through=1024.0)
+    assert item.complete and len(item.spans) == 23
+    # the runner dies: from its last sign of life, orphan_seconds on both clocks
+    buf.add_span(span(1, attempt="at-00000002"), "x", 0, now=30.0, produced_at=1030.0)
+    buf.note_alive(R, "at-00000002", now=35.0, produced_at=1035.0)
+    assert buf.take_abandoned(now=49.0, attempts_read_through=2000.0) == []  # 14 s on the clock
+    assert buf.take_abandoned(now=50.0, attempts_read_through=1049.9) == []  # 14.9 s in what was read
+    (gone,) = buf.take_abandoned(now=50.0, attempts_read_through=1050.0)
+    assert gone.attempt_id == "at-00000002"
+    buf.note_alive(R, "at-00000003", now=51.0, produced_at=1051.0)  # a heartbeat alone buffers nothing
+    assert buf.pending == {}
+
+
 def test_remembered_attempts_expire_after_the_late_window() -> None:
     buf = AttemptBuffer(late_window_seconds=10)
     buf.add_finished(finished(0), "f", 0, now=0.0)

@@ -314,6 +314,36 @@ async def test_an_attempt_whose_runner_never_reports_is_abandoned_once_the_attem
     assert processor.health()["abandoned_attempts"] == 1
 
 
+async def test_a_slow_attempt_that_heartbeats_past_the_orphan_time_is_adapted_from_all_its_spans(topics: Settings) -> None:
+    """Half the spans, then heartbeats for longer than ``orphan_seconds``, then the rest and ``finished``: the
+    attempt is alive all along, so nothing is abandoned and the trajectory has every span (the nemesis saw a
+    broker node killed mid-attempt end in a trajectory built from 11 of 23 spans)."""
+    from dataclasses import replace
+
+    from agl_stream.types import AttemptEvent
+
+    processor = TripletProcessor(topics, options=replace(FAST, orphan_seconds=2.0))
+    rid, aid = "ro-0000000slow1", "at-000000slow"
+    spans = golden_spans(rid, aid)
+    half = len(spans) // 2
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans[:half]:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        for _ in range(8):  # 4 s of heartbeats: twice the orphan time
+            beat = AttemptEvent(kind="heartbeat", rollout_id=rid, attempt_id=aid)
+            await producer.send_and_wait(topics.topic("attempts"), beat, key=rid)
+            await asyncio.sleep(0.5)
+        assert processor.health().get("abandoned_attempts", 0) == 0
+        for span in spans[half:]:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), events(rid, aid, len(spans))[1], key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert trajectory.rollout_id == rid
+    assert trajectory.span_count == len(spans), "built from every span, not after the grace period from the rest"
+    assert processor.health().get("abandoned_attempts", 0) == 0
+
+
 async def test_a_superseded_attempt_is_marked_whichever_order_its_finished_arrives_in(topics: Settings) -> None:
     """Attempt 1 went silent and was retried as attempt 2; attempt 1's runner reports later (or earlier)
     than attempt 2's. Both trajectories leave, only attempt 2's as the rollout's ``final`` one."""
