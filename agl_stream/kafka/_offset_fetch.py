@@ -5,8 +5,8 @@ was just elected after a node's death answers ``COORDINATOR_LOAD_IN_PROGRESS`` (
 there, with every partition at offset -1. aiokafka 0.14 reads the partitions and not that error, so it
 reports "no committed offset" for every partition of the group. Readers that start where their group
 left off then start over: the nemesis saw the state machine, restarted just after a broker node's SIGKILL,
-replay its four input partitions from offset 0 (tens of thousands of records) while 2,529 new rollouts
-waited ``queuing`` for over ten minutes.
+replay its four input partitions from offset 0, and file the task records of 2,529 rollouts that had long
+succeeded (and left its table) as ``queuing`` again.
 
 :func:`install` makes aiokafka's coordinator raise the group-level error instead (retriable ones are retried
 by its own fetch loop, after rediscovering the coordinator where that is the error). Every consumer of the
@@ -67,5 +67,11 @@ async def _fetch_committed_offsets(self: GroupCoordinator, partitions: Iterable[
 
 
 def install() -> None:
-    """Replace aiokafka's OffsetFetch reading with :func:`committed_from`'s (idempotent)."""
+    """Replace aiokafka's OffsetFetch reading with :func:`committed_from`'s (idempotent).
+
+    It replaces a private method of the pinned aiokafka (0.14.0): an upgrade that renames it fails here, at
+    import, instead of silently going back to reading "none"."""
+    if not hasattr(GroupCoordinator, "_do_fetch_commit_offsets"):
+        raise ImportError("aiokafka's GroupCoordinator._do_fetch_commit_offsets is gone: agl_stream/kafka/_offset_fetch.py "
+                          "must follow the new aiokafka")  # fmt: skip
     GroupCoordinator._do_fetch_commit_offsets = _fetch_committed_offsets  # type: ignore[method-assign]
