@@ -1,7 +1,8 @@
 """Create missing topics and verify existing ones against the catalog.
 
-Mismatches (partition count, cleanup policy) are reported, never silently accepted: a topic with
-the wrong partition count breaks co-partitioning, a non-compacted ``agl.rollouts`` grows forever.
+Mismatches (partition count, cleanup policy, replication) are reported, never silently accepted: a
+topic with the wrong partition count breaks co-partitioning, a non-compacted ``agl.rollouts`` grows
+forever, and a topic with fewer replicas than asked for loses its partitions with one broker.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class TopicState:
     expected_cleanup_policy: str
     created: bool = False
     problems: list[str] = field(default_factory=list)
+    replication_factor: Optional[int] = None  # the fewest replicas of any partition
 
     @property
     def ok(self) -> bool:
@@ -76,7 +78,10 @@ async def _describe(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[st
     states: dict[str, TopicState] = {}
     for meta in await admin.describe_topics(present):
         name = meta["topic"]
-        states[name] = TopicState(name, len(meta.get("partitions") or ()), None, 0, "")
+        partitions = meta.get("partitions") or ()
+        states[name] = TopicState(name, len(partitions), None, 0, "")
+        fewest = min((len(p.get("replicas") or ()) for p in partitions), default=0)
+        states[name].replication_factor = fewest or None  # None: the broker does not say (Tansu lists no replicas)
     resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in present]
     for response in await admin.describe_configs(resources):
         for resource in response.resources:
@@ -155,6 +160,9 @@ async def _ensure_topics_once(settings: Settings, bootstrap: Optional[str], spec
                 state.problems.append(f"has {state.partitions} partitions, catalog expects {state.expected_partitions}")
             if state.cleanup_policy is not None and state.cleanup_policy != s.cleanup_policy:
                 state.problems.append(f"cleanup.policy is {state.cleanup_policy!r}, catalog expects {s.cleanup_policy!r}")
+            if state.replication_factor is not None and state.replication_factor < settings.replication_factor:
+                state.problems.append(f"has {state.replication_factor} replicas per partition, "
+                                      f"AGL_REPLICATION_FACTOR asks for {settings.replication_factor}")  # fmt: skip
             report.topics.append(state)
         if strict and not report.ok:
             raise TopicMismatchError(report)

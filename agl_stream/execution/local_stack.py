@@ -75,6 +75,7 @@ class LocalStack:
             "AGL_KAFKA_BOOTSTRAP": s.kafka_bootstrap or "",
             "AGL_TOPIC_PREFIX": s.topic_prefix,
             "AGL_PARTITIONS": str(s.partitions),
+            "AGL_REPLICATION_FACTOR": str(s.replication_factor),
             "AGL_DATA_DIR": str(s.data_dir),
             "AGL_CLICKHOUSE_DSN": s.effective_clickhouse_dsn,
             "AGL_KAFKA_SESSION_TIMEOUT_MS": str(s.kafka_session_timeout_ms),

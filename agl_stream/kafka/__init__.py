@@ -1,5 +1,6 @@
 """Thin async Kafka clients shared by every service (aiokafka underneath)."""
 
+from agl_stream.kafka import _offset_fetch
 from agl_stream.kafka._consumer import Decoded, RecordConsumer, Rejected, read_to_fetched_end
 from agl_stream.kafka._dead_letters import DeadLetterWriter
 from agl_stream.kafka._flavour import is_tansu
@@ -7,6 +8,8 @@ from agl_stream.kafka._offsets import OffsetTracker
 from agl_stream.kafka._options import LOW_LATENCY_FETCH_WAIT_MS, connection_options
 from agl_stream.kafka._producer import KafkaUnavailable, RecordProducer, is_retriable, start_with_retry
 from agl_stream.kafka._retry import retrying_while_unreachable
+
+_offset_fetch.install()  # aiokafka reads "no committed offset" where the coordinator said "not now"
 
 __all__ = [
     "LOW_LATENCY_FETCH_WAIT_MS",

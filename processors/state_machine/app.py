@@ -66,6 +66,7 @@ from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from agl_stream_processors.state_machine import rules
 from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_processors.state_machine.decoded import DecodedStates
+from agl_stream_processors.state_machine.gaps import GapReader, RecordEvent
 from agl_stream_processors.state_machine.liveness import SpanLivenessReader
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
@@ -142,6 +143,7 @@ class RolloutStateMachine:
         # how far the agent read agl.tasks/agl.attempts; with the span reader's, the watchdog's clock
         self._progress = ReadProgress()
         self._processed_to: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset the agent has not processed
+        self._replay_floor: dict[tuple[str, int], int] = {}  # (topic, partition) -> first offset a replay may apply
         self._expiry: list[tuple[float, str]] = []
         self._terminal: dict[str, None] = {}  # terminal rollouts held, oldest first (insertion order)
         self._decoded = DecodedStates()  # states of the table's values this process wrote (saves decoding)
@@ -150,6 +152,7 @@ class RolloutStateMachine:
         self._changelog_known = False
         self._tansu = False  # the broker is the Tansu fallback: its workarounds run (set by run())
         self._spans: Optional[SpanLivenessReader] = None
+        self._gaps: Optional[GapReader] = None  # reads input records faust's stream skipped (started by run())
         self._background: set[asyncio.Task[None]] = set()
         self._reassert: set[bytes] = set()  # keys whose stale changelog records a replay skipped: publish again
 
@@ -192,6 +195,8 @@ class RolloutStateMachine:
         app = self.build_app()
         self._spans = SpanLivenessReader(self.settings, f"{self.app_id}-spans", self._span_seen)
         await self._spans.start()
+        self._gaps = GapReader(self.settings, read_committed=self.options.processing_guarantee == "exactly_once")
+        await self._gaps.start()
         await app.start()
         logger.info("state machine %s started", self.app_id)
         reader = asyncio.create_task(self._spans.run(stop), name=f"{self.app_id}.spans")
@@ -213,6 +218,7 @@ class RolloutStateMachine:
             await asyncio.gather(*self._background, return_exceptions=True)
             await app.stop()
             await self._spans.stop()
+            await self._gaps.stop()
 
     def input_lag_seconds(self, now: float) -> Optional[float]:
         """How far behind its inputs (tasks and attempts through faust, spans through the reader) this app reads;
@@ -372,22 +378,52 @@ class RolloutStateMachine:
     async def _agent(self, stream: Any) -> None:
         async for event in stream.events():
             message = event.message
-            self._progress.consumed((message.topic, message.partition), message.timestamp)
-            self._processed_to[(message.topic, message.partition)] = message.offset + 1
             async with self._lock:
-                try:
-                    await self._handle(event)
-                except Exception as exc:  # never let one record stop the agent
-                    self.counts["processing_errors"] += 1
-                    logger.exception("state machine: record %s[%s@%s] failed", event.message.topic,
-                                     event.message.partition, event.message.offset)  # fmt: skip
-                    try:
-                        reason = f"processing failed: {exc!r}"
-                        await self._dead_letter(event, reason, type(exc).__name__, "processing_error")
-                    except Exception:
-                        self.counts["dead_letter_errors"] += 1
-                        logger.exception("state machine: could not dead-letter %s[%s@%s]", event.message.topic,
-                                         event.message.partition, event.message.offset)  # fmt: skip
+                where = (message.topic, message.partition)
+                if message.offset < self._replay_floor.get(where, 0):
+                    self.counts["replay_floor_skipped"] += 1  # older than the table's memory: see _replay_start
+                    continue
+                expected = self._processed_to.get(where)
+                if expected is not None and message.offset > expected:
+                    await self._fill_gap(message.topic, message.partition, expected, message.offset)
+                await self._process(event)
+
+    async def _process(self, event: Any) -> None:
+        """Apply one input record (under the lock); a record that fails is dead-lettered, never fatal."""
+        message = event.message
+        self._progress.consumed((message.topic, message.partition), message.timestamp)
+        self._processed_to[(message.topic, message.partition)] = message.offset + 1
+        try:
+            await self._handle(event)
+        except Exception as exc:  # never let one record stop the agent
+            self.counts["processing_errors"] += 1
+            logger.exception("state machine: record %s[%s@%s] failed", message.topic, message.partition, message.offset)
+            try:
+                reason = f"processing failed: {exc!r}"
+                await self._dead_letter(event, reason, type(exc).__name__, "processing_error")
+            except Exception:
+                self.counts["dead_letter_errors"] += 1
+                logger.exception("state machine: could not dead-letter %s[%s@%s]", message.topic, message.partition,
+                                 message.offset)  # fmt: skip
+
+    async def _fill_gap(self, topic: str, partition: int, start: int, end: int) -> None:
+        """Apply the records ``start..end-1`` that faust's stream skipped (see :mod:`.gaps`), read from the topic."""
+        if self._gaps is None:  # no reader (unit tests drive the agent without a broker)
+            return
+        try:
+            records = await self._gaps.read(topic, partition, start, end)
+        except Exception:  # the broker unreachable for the whole timeout: say so loudly, go on with what arrived
+            self.counts["input_gaps_unread"] += 1
+            logger.exception("state machine: could not read %s[%s] offsets %d-%d that the stream skipped",
+                             topic, partition, start, end - 1)  # fmt: skip
+            return
+        self.counts["input_gaps"] += 1
+        if records:
+            self.counts["input_gap_records"] += len(records)
+            logger.warning("state machine: the stream skipped %d records of %s[%s] (offsets %d-%d); read them from "
+                           "the topic and applied them in order", len(records), topic, partition, start, end - 1)  # fmt: skip
+        for record in records:
+            await self._process(RecordEvent(record))
 
     async def _handle(self, event: Any) -> None:
         message = event.message
@@ -477,6 +513,7 @@ class RolloutStateMachine:
         now = time.time()
         async with self._lock:
             self._progress, self._processed_to = ReadProgress(), {}  # partitions may have moved: measured again
+            self._replay_floor = {}
             await self._rewind_uncommitted()
             corrected = await self._catch_up() if self._tansu else 0
             self._watch.clear()
@@ -538,21 +575,54 @@ class RolloutStateMachine:
         committed offsets afterwards skips partitions without a commit (aiokafka seeks only committed
         ones), so records of such a partition fetched during recovery were never processed: after a
         restart, its events since the previous run started (every 'finished' event, say) were lost to
-        the state machine and rollouts stayed 'queuing'/'running'. Seeking them back to offset 0 (the
-        consumer resets to the earliest offset if retention removed it) after the rebalance ended
-        replays them; the rules ignore whatever the table already reflects.
+        the state machine and rollouts stayed 'queuing'/'running'. Seeking them back (see
+        :meth:`_replay_start` for where to) after the rebalance ended replays them; the rules ignore
+        whatever the table already reflects.
         """
         consumer = self._app.consumer
         source = {self.settings.topic(t) for t in ("tasks", "attempts")}
         committed = await consumer.seek_to_committed()  # faust's only way to read them; it seeks again itself
-        rewind = {tp: 0 for tp, offset in committed.items() if tp.topic in source and (offset is None or offset < 0)}
+        rewind: dict[Any, int] = {}
         for tp, offset in committed.items():  # where the agent starts: what faust fetches beyond it is unprocessed
-            if tp.topic in source:
-                self._processed_to[(tp.topic, tp.partition)] = offset if offset is not None and offset > 0 else 0
+            if tp.topic not in source:
+                continue
+            if offset is None or offset < 0:
+                rewind[tp] = await self._replay_start(tp.topic, tp.partition)
+                self._processed_to[(tp.topic, tp.partition)] = self._replay_floor[(tp.topic, tp.partition)] = rewind[tp]
+            else:
+                self._processed_to[(tp.topic, tp.partition)] = offset
         if rewind:
             task = asyncio.create_task(self._rewind_when_flowing(rewind), name=f"{self.app_id}.rewind")
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    async def _replay_start(self, topic: str, partition: int) -> int:
+        """Where to replay an input partition without a committed offset from: never before the table's memory.
+
+        The table forgets a rollout ``retention_seconds`` after it ended. Replaying that rollout's task
+        would file it again as ``queuing``, and a runner would run a long-finished rollout once more (seed
+        202 at 20,000 rollouts: 2,529 of them, after a coordinator move made the group's offsets read as
+        missing). So the replay starts at the first record produced within ``retention_seconds`` before the
+        table's last change in this partition (its changelog's last record): everything older was either
+        applied and is still in the table, or belongs to a rollout the table has forgotten on purpose. A
+        partition whose changelog is empty (a first start) replays from the beginning. If the broker
+        cannot say, the replay starts at the beginning (nothing lost; old rollouts may come back).
+        """
+        if self._gaps is None:
+            return 0
+        try:
+            last_change = await self._gaps.last_record_time(CHANGELOG.name(self.settings), partition)
+            if last_change is None:
+                return 0
+            start = await self._gaps.offset_at(topic, partition, last_change - self.options.retention_seconds)
+        except Exception:
+            self.counts["replay_horizon_errors"] += 1
+            logger.exception("state machine: could not find where to replay %s[%s] from; replaying it all",
+                             topic, partition)  # fmt: skip
+            return 0
+        if start > 0:
+            self.counts["replay_horizon_skipped"] += start
+        return start
 
     async def _rewind_when_flowing(self, rewind: dict[Any, int], timeout: float = 120.0) -> None:
         app, consumer = self._app, self._app.consumer
@@ -569,7 +639,8 @@ class RolloutStateMachine:
         for tp in rewind:
             consumer._read_offset[tp] = None  # noqa: SLF001 - else faust drops records below its read offset
         self.counts["rewound_partitions"] += len(rewind)
-        logger.info("state machine: %d input partitions without a committed offset replayed from the start", len(rewind))
+        logger.info("state machine: %d input partitions without a committed offset replayed (from offsets %s)",
+                    len(rewind), sorted(rewind.values()))  # fmt: skip
 
     async def _catch_up(self) -> int:
         """Apply changelog records faust's recovery missed (see :mod:`agl_stream_processors.state_machine.catchup`)."""

@@ -120,6 +120,10 @@ class AttemptBuffer:
         # digest -> (when, partition), oldest first: attempts adapted here, and adapted before a restart
         self._adapted: OrderedDict[bytes, tuple[float, Optional[int]]] = OrderedDict()
         self._restored: OrderedDict[bytes, tuple[float, Optional[int]]] = OrderedDict()
+        # attempts abandoned here (digest -> (when, partition)) and the offset of their first span read: a
+        # 'finished' event that still comes (the runner was cut off, not dead) has their spans read again
+        self._abandoned: OrderedDict[bytes, tuple[float, Optional[int]]] = OrderedDict()
+        self._abandoned_from: dict[bytes, int] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -223,6 +227,38 @@ class AttemptBuffer:
             del self.pending[item.key]
         return abandoned
 
+    def remember_abandoned(self, item: PendingAttempt, first_span_offset: Optional[int], now: float) -> None:
+        """``item`` was abandoned; its spans start at ``first_span_offset`` of its partition (None: it had none)."""
+        if first_span_offset is None:
+            return
+        key = _digest(*item.key)
+        self._abandoned[key] = (now, item.partition)
+        self._abandoned.move_to_end(key)
+        earlier = self._abandoned_from.get(key)  # abandoned twice (silent again): its spans start at the first time
+        self._abandoned_from[key] = first_span_offset if earlier is None else min(earlier, first_span_offset)
+        self._expire(self._abandoned, now)
+        for gone in self._abandoned_from.keys() - self._abandoned.keys():
+            del self._abandoned_from[gone]
+
+    def abandoned_from(self, rollout_id: str, attempt_id: str) -> Optional[int]:
+        """The offset of the first span of an attempt abandoned here (None: not abandoned, or forgotten)."""
+        return self._abandoned_from.get(_digest(rollout_id, attempt_id))
+
+    def recover_spans(self, rollout_id: str, attempt_id: str, spans: Iterable[Span]) -> int:
+        """Put an abandoned attempt's spans, read again, back with it (its 'finished' event came); how many were missing."""
+        key = _digest(rollout_id, attempt_id)
+        self._abandoned.pop(key, None)
+        self._abandoned_from.pop(key, None)
+        item = self.pending.get((rollout_id, attempt_id))
+        if item is None:
+            return 0
+        added = 0
+        for span in spans:
+            if span.rollout_id == rollout_id and span.attempt_id == attempt_id and span.span_id not in item.spans:
+                item.spans[span.span_id] = span
+                added += 1
+        return added
+
     def drop_partitions(self, keep: Iterable[int]) -> list[PendingAttempt]:
         """Forget attempts of partitions this consumer no longer owns (their records are redelivered), and what
         it remembers about their adapted attempts (see the module's docstring)."""
@@ -230,9 +266,10 @@ class AttemptBuffer:
         dropped = [item for item in self.pending.values() if item.partition is not None and item.partition not in owned]
         for item in dropped:
             del self.pending[item.key]
-        for remembered in (self._adapted, self._restored):
+        for remembered in (self._adapted, self._restored, self._abandoned):
             for key in [k for k, (_, partition) in remembered.items() if partition is not None and partition not in owned]:
                 del remembered[key]
+                self._abandoned_from.pop(key, None)
         return dropped
 
     def _expire(self, remembered: "OrderedDict[bytes, tuple[float, Optional[int]]]", now: float) -> None:

@@ -425,6 +425,9 @@ class TripletProcessor:
                     self._consumer.done(record)
             else:
                 self.counts["attempts_finished"] += 1
+                first_span = self.buffer.abandoned_from(event.rollout_id, event.attempt_id)
+                if first_span is not None:
+                    await self._recover_abandoned(event, record.partition, first_span)
         else:
             produced_at = record.timestamp / 1000.0 if record.timestamp is not None else None
             if event.kind == "started":
@@ -549,14 +552,56 @@ class TripletProcessor:
         self._settle(future, list(item.finished), "trajectories", then_defer=item.spans)
 
     async def _abandon(self, item: PendingAttempt) -> None:
-        """Dead-letter the spans of an attempt that never reported 'finished' (each with its bytes)."""
+        """Dead-letter the spans of an attempt that never reported 'finished' (each with its bytes).
+
+        Remembered (like adapted attempts, for ``late_window_seconds``): a runner cut off from the brokers, or whose
+        partition leader was down, goes silent and then reports everything at once, 'finished' included; its spans
+        are then read again from the topic (:meth:`_recover_abandoned`), not adapted from those that came after.
+        """
         self.counts["abandoned_attempts"] += 1
+        offsets = [t.offset for t in item.tokens if isinstance(t, ConsumerRecord) and t.topic == self.spans_topic]
+        self.buffer.remember_abandoned(item, min(offsets) if offsets else None, time.monotonic())
         reason = (
             f"abandoned attempt: no 'finished' event for attempt {item.attempt_id} of rollout {item.rollout_id} "
             f"within {self.options.orphan_seconds:.0f}s"
         )
         for token in item.tokens:
             await self._dead_letter(reason, [token], record=token, kind="abandoned_attempt", error_type="Abandoned")
+
+    async def _recover_abandoned(self, finished: AttemptEvent, partition: int, first_span: int) -> None:
+        """An abandoned attempt reported 'finished' after all: read its spans again, from its first one up to the
+        consumer's position (what comes after arrives as usual). Its earlier dead letters stay, as a record of the
+        silence. If they cannot be read, the attempt is adapted from the spans that came after, and that is logged."""
+        assert self._consumer is not None
+        tp = TopicPartition(self.spans_topic, partition)
+        rid, aid = finished.rollout_id, finished.attempt_id
+        if tp not in self._consumer.raw.assignment():
+            return  # moved away meanwhile: its new owner replays the attempt whole
+        stop = await self._consumer.raw.position(tp)
+        reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False,
+                                  isolation_level="read_committed" if self.settings.kafka_transactions else "read_uncommitted")  # fmt: skip
+        try:
+            await start_with_retry(reader, "triplets abandoned-spans reader", 30.0)
+            records = await _read_range(reader, tp, first_span, stop)
+        except Exception:
+            self.counts["abandoned_unrecovered"] += 1
+            logger.exception("triplets: could not read the spans of abandoned attempt %s of %s again", aid, rid)
+            return
+        finally:
+            await reader.stop()
+        spans = []
+        for record in records:
+            try:
+                span = decode(record.value, Span)
+            except RecordError:
+                continue  # dead-lettered when it was first consumed
+            if span.rollout_id == rid and span.attempt_id == aid:
+                spans.append(span)
+        recovered = self.buffer.recover_spans(rid, aid, spans)
+        self.counts["abandoned_recovered"] += 1
+        self.counts["recovered_spans"] += recovered
+        logger.warning("triplets: abandoned attempt %s of %s reported 'finished' after all; %d of its spans read again "
+                       "(offsets %d-%d of %s)", aid, rid, recovered, first_span, stop - 1, tp)  # fmt: skip
 
     async def _dead_letter(
         self,

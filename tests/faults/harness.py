@@ -29,6 +29,7 @@ from agl_stream.execution.local_stack import LocalStack
 from agl_stream.service import ServiceProcess, agl_command
 from agl_stream.types import RolloutConfig
 from tests.benchmarks.workload_agent import ADAPTER_SPEC, make_tasks
+from agl_stream_topics.admin import describe_topics
 from tests.faults.audit import Enqueued
 from tests.agl_stream.runner.tcp_proxy import TcpProxy
 
@@ -95,6 +96,9 @@ class Pipeline:
         )  # fmt: skip
         self.stack = LocalStack(settings, processors=True, processor_args=self.processor_args, log_dir=log_dir)
         self.settings = await self.stack.start()
+        if self.brokers > 1:  # the cluster's point: every partition on every node
+            replicas = {t.name: t.replication_factor for t in await describe_topics(self.settings)}
+            assert set(replicas.values()) == {replication}, f"topics' replicas {replicas}, expected {replication}"
         for index in range(1, self.processors_replicas):
             self.replicas.append(self._replica(index))
         return self

@@ -46,6 +46,18 @@ async def test_mismatched_existing_topics_are_reported(settings: Settings) -> No
         await ensure_topics(settings, strict=True)
 
 
+async def test_topics_with_fewer_replicas_than_asked_for_are_reported(settings: Settings) -> None:
+    """The three-node cluster's services once created every topic with one replica (the local stack did not pass
+    AGL_REPLICATION_FACTOR to ``topics create``): a node's death took its partitions away until it came back."""
+    assert (await ensure_topics(settings)).ok  # one replica each: this test's broker has one node
+    asked = settings.model_copy(update={"replication_factor": 3})
+    report = await ensure_topics(asked)
+    assert not report.ok
+    assert f"{settings.topic('spans')}: has 1 replicas per partition, AGL_REPLICATION_FACTOR asks for 3" in report.problems
+    with pytest.raises(TopicMismatchError):
+        await ensure_topics(asked, strict=True)
+
+
 def test_catalog_matches_design() -> None:
     assert [s.short_name for s in CATALOG] == [
         "tasks", "attempts", "rollouts", "spans", "triplets", "resources", "workers", "dlq", "training_steps", "datasets"

@@ -401,6 +401,35 @@ async def test_finished_rollouts_leave_the_table_and_late_events_cannot_resurrec
         assert h.latest(task.rollout_id).rollout.status == "succeeded"  # type: ignore[union-attr]
 
 
+async def test_a_replay_without_committed_offsets_does_not_bring_back_rollouts_the_table_forgot(  # type: ignore[no-untyped-def]
+    topics: Settings, tmp_path
+) -> None:
+    """Seed 202 at 20,000 rollouts: the group's offsets read as missing after a coordinator moved, the inputs were
+    replayed from offset 0, and 2,529 rollouts that had succeeded long before (forgotten by the table after
+    ``retention_seconds``) were filed again as ``queuing``. A replay starts within ``retention_seconds`` of the
+    table's last change in the partition instead."""
+    options = StateMachineOptions(scan_interval=0.1, retention_seconds=1.0)
+    async with harness(topics, options) as h:
+        old = await h.enqueue("ro-000000000r01", RolloutConfig())
+        await h.run_attempt(old, "succeeded")
+        await h.wait_status(old.rollout_id, "succeeded")
+        await h.wait_count("expired", 1)
+        assert h.machine._load(old.rollout_id) is None  # noqa: SLF001 - forgotten on purpose
+        recent = await h.enqueue("ro-000000000r02", RolloutConfig())
+        await h.wait_status(recent.rollout_id, "queuing")
+    # a group without committed offsets, over the same changelog: what the coordinator move looked like
+    fresh = StateMachineOptions(scan_interval=0.1, retention_seconds=1.0, group_id=f"{topics.topic_prefix}-sm-fresh")
+    async with harness(topics.model_copy(update={"data_dir": tmp_path / "fresh"}), fresh) as h:
+        await h.wait_count("rewound_partitions", 1)
+        await h.wait_count("duplicate_task", 1)  # the replay reached the recent rollout's task
+        await asyncio.sleep(1.0)  # the replay runs on: anything it would re-file is published by now
+        assert h.latest(old.rollout_id).rollout.status == "succeeded", h.statuses()[old.rollout_id]  # type: ignore[union-attr]
+        assert h.machine._load(old.rollout_id) is None  # noqa: SLF001
+        state = h.machine._load(recent.rollout_id)  # noqa: SLF001 - restored from the changelog, still waiting
+        assert state is not None and state.rollout.status == "queuing"
+        assert h.machine.counts["replay_horizon_skipped"] >= 1  # the old rollout's records: older than the table's memory
+
+
 async def test_terminal_rollouts_held_are_capped_oldest_first(topics: Settings) -> None:
     """Memory stays flat whatever the rate: past ``max_terminal_held`` the oldest finished rollouts go early."""
     options = StateMachineOptions(scan_interval=0.1, retention_seconds=600, max_terminal_held=2)

@@ -153,3 +153,38 @@ def test_a_partition_that_moves_away_takes_what_was_remembered_about_its_attempt
     assert buf.add_finished(finished(2), "f-again", 0, now=3.0)
     assert buf.add_span(span(1, attempt="at-00000003"), "r3", 0, now=3.0) is SpanOutcome.BUFFERED
     assert buf.add_span(span(1, attempt=other), "o-again", 1, now=3.0) is SpanOutcome.LATE  # partition 1 stayed
+
+
+def test_an_abandoned_attempt_is_remembered_from_its_first_span_and_its_spans_can_be_put_back() -> None:
+    buf = AttemptBuffer(orphan_seconds=5, grace_seconds=30, late_window_seconds=100)
+    for i in range(3):
+        buf.add_span(span(i), f"r{i}", 2, now=0.0)
+    (gone,) = buf.take_abandoned(now=5.0)
+    buf.remember_abandoned(gone, 40, now=5.0)
+    assert buf.abandoned_from(R, A) == 40
+    buf.add_span(span(3), "r3", 2, now=6.0)  # it speaks again, then falls silent a second time
+    (again,) = buf.take_abandoned(now=11.0)
+    buf.remember_abandoned(again, 57, now=11.0)
+    assert buf.abandoned_from(R, A) == 40, "its spans start where they started the first time"
+    buf.add_span(span(4), "r4", 2, now=12.0)
+    assert buf.add_finished(finished(5), "f", 2, now=12.0)
+    assert buf.recover_spans(R, A, [span(i) for i in range(5)] + [span(9, attempt="at-other")]) == 4
+    assert buf.abandoned_from(R, A) is None
+    (item,) = buf.take_ready(now=12.0)
+    assert item.complete and len(item.spans) == 5
+    buf.remember_abandoned(item, None, now=13.0)  # no span: nothing to read again
+    assert buf.abandoned_from(R, A) is None
+
+
+def test_abandoned_attempts_are_forgotten_with_their_partition_and_after_the_late_window() -> None:
+    buf = AttemptBuffer(orphan_seconds=5, late_window_seconds=100)
+    buf.add_span(span(1), "r1", 2, now=0.0)
+    buf.add_span(span(1, attempt="at-00000002"), "r2", 3, now=0.0)
+    for item in buf.take_abandoned(now=5.0):
+        buf.remember_abandoned(item, 7, now=5.0)
+    buf.drop_partitions([3])
+    assert buf.abandoned_from(R, A) is None and buf.abandoned_from(R, "at-00000002") == 7
+    buf.add_span(span(1, attempt="at-00000003"), "r3", 3, now=200.0)
+    (late,) = buf.take_abandoned(now=205.0)
+    buf.remember_abandoned(late, 9, now=205.0)  # the first one is past the late window now
+    assert buf.abandoned_from(R, "at-00000002") is None and buf.abandoned_from(R, "at-00000003") == 9

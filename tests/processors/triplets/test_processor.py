@@ -344,6 +344,35 @@ async def test_a_slow_attempt_that_heartbeats_past_the_orphan_time_is_adapted_fr
     assert processor.health().get("abandoned_attempts", 0) == 0
 
 
+async def test_an_abandoned_attempt_that_finishes_after_all_is_adapted_from_all_its_spans(topics: Settings) -> None:
+    """Half the spans, then silence past ``orphan_seconds`` (a runner cut off from the brokers: its heartbeats do not
+    arrive either), then the rest and ``finished``. The attempt was abandoned (its spans dead-lettered), but its
+    trajectory is built from every span, read again from the topic (seed 202: two trajectories built from 13 of 34
+    and 0 of 15 spans after a broker node's death cut a runner off for 36 s)."""
+    from dataclasses import replace
+
+    processor = TripletProcessor(topics, options=replace(FAST, orphan_seconds=1.0))
+    rid, aid = "ro-0000000cut01", "at-000000cut1"
+    spans = golden_spans(rid, aid)
+    half = len(spans) // 2
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans[:half]:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        deadline = asyncio.get_running_loop().time() + 30
+        while processor.health().get("abandoned_attempts", 0) < 1:
+            assert asyncio.get_running_loop().time() < deadline, processor.health()
+            await asyncio.sleep(0.1)
+        for span in spans[half:]:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), events(rid, aid, len(spans))[1], key=rid)
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)
+        (trajectory,) = await read(topics, "triplets", Trajectory, 1)
+    assert trajectory.span_count == len(spans), "built from every span, not from those after the silence"
+    health = processor.health()
+    assert health["abandoned_recovered"] == 1 and health["recovered_spans"] == half
+    assert health.get("incomplete_attempts", 0) == 0
+
+
 async def test_a_superseded_attempt_is_marked_whichever_order_its_finished_arrives_in(topics: Settings) -> None:
     """Attempt 1 went silent and was retried as attempt 2; attempt 1's runner reports later (or earlier)
     than attempt 2's. Both trajectories leave, only attempt 2's as the rollout's ``final`` one."""
