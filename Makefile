@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 # The installer is standard-library Python, so it runs before (and beside) the venv's pip install;
 # `agl-stream broker install` is the same for a user who installed with pip.
 kafka:
-	$(PYTHON) agl_stream/broker/_install.py --optional
+	$(PYTHON) agl_stream/broker/_install.py --optional $(if $(AGL_KAFKA_HOME),--home "$(AGL_KAFKA_HOME)")
 
 demo: setup
 	$(BIN)/python -m examples.demo

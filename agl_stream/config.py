@@ -37,35 +37,40 @@ class Settings(BaseModel):
         default=None, description="the local broker; unset = Apache Kafka where it can run, else Tansu"
     )
     kafka_home: Optional[Path] = Field(default=None, description="the local Apache Kafka's jars; unset = user cache")
-    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
-    kafka_sasl_mechanism: Optional[SaslMechanism] = None
-    kafka_sasl_username: Optional[str] = None
-    kafka_sasl_password: Optional[str] = Field(default=None, repr=False)
-    kafka_ssl_cafile: Optional[Path] = None
-    kafka_ssl_certfile: Optional[Path] = None
-    kafka_ssl_keyfile: Optional[Path] = None
-    kafka_client_id: str = "agl-stream"
-    kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
-    kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = None
+    tansu_binary: Optional[Path] = Field(default=None, description="the Tansu broker binary; unset = the one installed")
+    broker_port: Optional[int] = Field(default=None, ge=0, le=65535, description="`agl-stream broker`: client port; unset = a free one")
+    broker_data_dir: Optional[Path] = Field(default=None, description="`agl-stream broker`: its log folder; unset = a temporary one")
+    kafka_security_protocol: SecurityProtocol = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    kafka_sasl_mechanism: Optional[SaslMechanism] = Field(default=None, description="PLAIN, SCRAM-SHA-256/512 or OAUTHBEARER")
+    kafka_sasl_username: Optional[str] = Field(default=None, description="SASL user")
+    kafka_sasl_password: Optional[str] = Field(default=None, repr=False, description="SASL password (a secret)")
+    kafka_ssl_cafile: Optional[Path] = Field(default=None, description="CA bundle for SSL")
+    kafka_ssl_certfile: Optional[Path] = Field(default=None, description="client certificate for SSL")
+    kafka_ssl_keyfile: Optional[Path] = Field(default=None, description="client key for SSL")
+    kafka_client_id: str = Field(default="agl-stream", description="client id the brokers see")
+    kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000, description="consumer group session timeout")
+    kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = Field(
+        default=None, description="producers' compression; unset = none"
+    )
     # Idempotent producers (no duplicate from a producer's own retries). Off by default: aiokafka 0.14's
     # idempotent producer does not survive a partition leader's failover (an OutOfOrderSequenceNumber
     # ends its sender task and every later send fails; seen killing a node of a three-node cluster), and
     # Tansu refuses them. Delivery stays at-least-once with idempotent sinks (docs/architecture.md).
-    kafka_idempotence: bool = False
+    kafka_idempotence: bool = Field(default=False, description="idempotent producers (see docs/architecture.md)")
     # Kafka transactions for the triplet processor: its trajectories and the offsets of the spans and
     # events they came from commit together, and every consumer reads committed records only. Off by
     # default: evaluated against the sinks' deduplication in docs/architecture.md ("Exactly once"), it
     # adds server CPU and keeps the dedup (the ClickHouse hop is not transactional). Apache Kafka only.
-    kafka_transactions: bool = False
-    topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$")
+    kafka_transactions: bool = Field(default=False, description="exactly-once processing (Apache Kafka only)")
+    topic_prefix: str = Field(default="agl", pattern=r"^[A-Za-z0-9._-]+$", description="topics are <prefix>.<name>")
     partitions: int = Field(default=4, ge=1, le=1024, description="partitions of rollout-keyed topics")
-    replication_factor: int = Field(default=1, ge=1)
+    replication_factor: int = Field(default=1, ge=1, description="replicas of every topic (3 on a cluster)")
     # "local": the topic settings of a run on this machine (agl_stream_topics.catalog.LOCAL_PROFILE: small
     # segments, compaction within minutes, a day's retention); the local stack sets it for its own broker.
-    topic_profile: Literal["cluster", "local"] = "cluster"
+    topic_profile: Literal["cluster", "local"] = Field(default="cluster", description="topic settings: cluster or local")
 
     # Storage.
-    data_dir: Path = Field(default_factory=lambda: Path.cwd() / ".agl")
+    data_dir: Path = Field(default_factory=lambda: Path.cwd() / ".agl", description="local state; default ./.agl")
     clickhouse_dsn: Optional[str] = Field(default=None, description="chdb:///abs/path or http(s)://user:pass@host:8123/db")
     # The embedded engine (chdb) only: a server configures itself. See agl_stream_processors.clickhouse.engine.
     clickhouse_max_memory_mb: int = Field(
@@ -74,13 +79,62 @@ class Settings(BaseModel):
     clickhouse_engine_settings: Optional[str] = Field(
         default=None, description="embedded engine: settings it starts with, name=value[,name=value]; they win"
     )
+    clickhouse_failpoint: Optional[Path] = Field(
+        default=None, description="fault injection: ClickHouse calls fail while this file exists (tests)"
+    )
 
     # Process roles (upstream's AGL_CURRENT_ROLE) and logging.
-    current_role: Role = "both"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    current_role: Role = Field(default="both", description="algorithm, runner or both (upstream's)")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
     # The interpreter runner processes start with: a venv whose agent framework cannot install beside the
     # stack's pins (the frameworks side venv of `make frameworks-venv`); unset = the interpreter running now.
     runner_python: Optional[Path] = Field(default=None, description="python for agent runner processes")
+    # Set by a starter for the processes it starts (agl_stream.service): they stop when it dies.
+    stop_with_parent: bool = Field(default=False, description="stop when the parent process dies (set by starters)")
+
+    # Agents' tracing (the SDK in the agent's process) and instrumentation switches.
+    span_export: Literal["kafka", "otlp"] = Field(default="kafka", description="spans go to agl.spans, or to OTLP/HTTP")
+    span_buffer: int = Field(default=50_000, ge=1, description="spans held between the agent and the exporter")
+    span_overflow: Literal["block", "drop"] = Field(default="block", description="a full span buffer blocks or drops")
+    otlp_endpoint: Optional[str] = Field(default=None, description="OTLP/HTTP traces URL, e.g. http://host:4318/v1/traces")
+    instrument: bool = Field(default=True, description="0 turns every library instrumentation off")
+    instrument_openai: bool = Field(default=True, description="trace the openai SDK")
+    instrument_langchain: bool = Field(default=True, description="trace LangChain")
+    instrument_mcp: bool = Field(default=True, description="trace MCP clients")
+    instrument_litellm: bool = Field(default=True, description="trace the litellm SDK")
+    instrument_anthropic: bool = Field(default=True, description="trace the anthropic SDK")
+    instrument_openai_agents: bool = Field(default=True, description="trace the OpenAI Agents SDK")
+    instrument_autogen: bool = Field(default=True, description="trace AutoGen")
+    instrument_crewai: bool = Field(default=True, description="trace CrewAI")
+    request_token_ids: bool = Field(default=True, description="ask model servers for token ids")
+    emitter_debug: bool = Field(default=False, description="log every emitted object (upstream's)")
+    managed_store: bool = Field(default=True, description="upstream's store server switch; nothing reads it here")
+
+    # Services' addresses and secrets; a command's flags win over these. Secrets are never flags.
+    server_host: str = Field(default="127.0.0.1", description="training server: address to listen on")
+    server_port: int = Field(default=8181, ge=0, le=65535, description="training server: port (0: a free one)")
+    server_url: str = Field(default="http://127.0.0.1:8181", description="training server: where its clients reach it")
+    server_token: Optional[str] = Field(default=None, repr=False, description="training server: bearer token (a secret)")
+    dashboard_host: str = Field(default="127.0.0.1", description="dashboard: address to bind")
+    dashboard_port: int = Field(default=4747, ge=0, le=65535, description="dashboard: port (0: a free one)")
+    dashboard_token: Optional[str] = Field(default=None, repr=False, description="dashboard: its token; unset = random")
+    sql_door_host: str = Field(default="127.0.0.1", description="SQL door: address to bind")
+    sql_door_port: int = Field(default=0, ge=0, le=65535, description="SQL door: port (0: a free one)")
+    sql_door_token: Optional[str] = Field(default=None, repr=False, description="SQL door: its token; unset = random")
+    ingest_token: Optional[str] = Field(default=None, repr=False, description="front doors: bearer token clients send")
+    ingest_backend_api_key: Optional[str] = Field(default=None, repr=False, description="LLM proxy: the backends' key")
+    ingest_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="front doors: 413 above this")
+    ingest_request_timeout: float = Field(default=60.0, gt=0, description="front doors: a body / a backend call")
+    ingest_produce_timeout: float = Field(default=30.0, gt=0, description="front doors: 503 when the broker is slower")
+    ingest_proxy_config: Optional[str] = Field(default=None, description="LLM proxy: its config as JSON (set by its CLI)")
+    ingest_worker_stop_s: Optional[float] = Field(default=None, gt=0, description="front doors' workers: stop bound (set by the CLI)")
+    store_span_counts: bool = Field(default=True, description="store front door: count spans per attempt")
+
+    # The learner and the algorithms.
+    model_cache: Optional[Path] = Field(default=None, description="where models are cached; unset = the user cache")
+    apo_model: str = Field(default="openai/gpt-4o-mini", description="APO: the model that writes prompts (litellm name)")
+    apo_api_base: Optional[str] = Field(default=None, description="APO: that model's base URL")
+    apo_api_key: Optional[str] = Field(default=None, repr=False, description="APO: that model's key (else OPENAI_API_KEY)")
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -141,12 +195,29 @@ class Settings(BaseModel):
         try:
             return cls(**values)
         except ValidationError as exc:
-            problems = []
-            for err in exc.errors(include_url=False):
-                loc = err["loc"][0] if err["loc"] else ""
-                var = f"{ENV_PREFIX}{str(loc).upper()}" if loc else "settings"
-                problems.append(f"{var}: {err['msg']}")
-            raise SettingsError("invalid settings: " + "; ".join(problems)) from None
+            raise SettingsError("invalid settings: " + _problems(exc)) from None
+
+    def with_values(self, **values: Any) -> "Settings":
+        """A copy with the non-None ``values`` applied and validated (a bad one raises :class:`SettingsError`)."""
+        given = {k: v for k, v in values.items() if v is not None}
+        try:
+            return type(self).model_validate({**self.model_dump(exclude_unset=False), **given})
+        except ValidationError as exc:
+            raise SettingsError("invalid settings: " + _problems(exc)) from None
+
+    def to_env(self, always: tuple[str, ...] = ()) -> dict[str, str]:
+        """The ``AGL_*`` variables that rebuild these settings in a child process: every field given (by the
+        environment or a flag) or away from its default, and those named in ``always``; unset ones are left out."""
+        env: dict[str, str] = {}
+        given = self.model_fields_set
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name not in always and name not in given and value == field.get_default(call_default_factory=True):
+                continue
+            env[env_name(name)] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return env
 
     # ---------------------------------------------------------------- derived values
 
@@ -162,6 +233,32 @@ class Settings(BaseModel):
         """Consumer group of a role, namespaced like the topics, e.g. ``runners`` -> ``agl-runners``: two
         deployments with different prefixes on one cluster never share (and rebalance) a group."""
         return f"{self.topic_prefix}-{role}"
+
+
+def _problems(exc: ValidationError) -> str:
+    """A validation error's problems, each naming its variable."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = err["loc"][0] if err["loc"] else ""
+        problems.append(f"{env_name(str(loc)) if loc else 'settings'}: {err['msg']}")
+    return "; ".join(problems)
+
+
+def env_name(field: str) -> str:
+    """The variable a settings field is read from: ``data_dir`` -> ``AGL_DATA_DIR``."""
+    return ENV_PREFIX + field.upper()
+
+
+def settings_table() -> str:
+    """Every ``AGL_*`` variable as a Markdown table (variable, default, meaning): docs/operations.md holds it."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "`./.agl`" if name == "data_dir" else field.get_default(call_default_factory=False)
+        shown = "unset" if default is None else default if isinstance(default, str) and default.startswith("`") else f"`{default}`"
+        if isinstance(default, bool):
+            shown = f"`{str(default).lower()}`"
+        rows.append(f"| `{env_name(name)}` | {shown} | {field.description} |")
+    return "\n".join(rows) + "\n"
 
 
 _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -1,50 +1,33 @@
-"""Options of the ingest servers, read from ``AGL_INGEST_*`` variables.
+"""Options of the ingest servers: the ``ingest_*`` fields of the settings (``AGL_INGEST_*``), as one value.
 
 The servers run under ``uvicorn --workers N``: each worker builds its app from the environment in a
-fresh process, so the command line turns its flags into these variables before starting uvicorn.
+fresh process, so the command line turns its flags into those variables (``Settings.to_env``) before
+starting uvicorn.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Mapping, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from agl_stream.config import SettingsError
-from agl_stream_ingest.security import DEFAULT_MAX_BODY_BYTES, TOKEN_ENV
+from agl_stream.config import Settings
 
-ENV = {
-    "max_body_bytes": "AGL_INGEST_MAX_BODY_BYTES",
-    "request_timeout": "AGL_INGEST_REQUEST_TIMEOUT",
-    "produce_timeout": "AGL_INGEST_PRODUCE_TIMEOUT",
-    "token": TOKEN_ENV,
-}
+_DEFAULTS = Settings.model_fields
 
 
 class IngestOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, description="413 above this (wire and inflated)")
-    request_timeout: float = Field(default=60.0, gt=0, description="receiving the body / the whole backend call")
-    produce_timeout: float = Field(default=30.0, gt=0, description="503 when the broker does not ack within this")
+    max_body_bytes: int = Field(default=_DEFAULTS["ingest_max_body_bytes"].default, ge=1024,
+                                description="413 above this (wire and inflated)")  # fmt: skip
+    request_timeout: float = Field(default=_DEFAULTS["ingest_request_timeout"].default, gt=0,
+                                   description="receiving the body / the whole backend call")  # fmt: skip
+    produce_timeout: float = Field(default=_DEFAULTS["ingest_produce_timeout"].default, gt=0,
+                                   description="503 when the broker does not ack within this")  # fmt: skip
     token: Optional[str] = Field(default=None, repr=False, description="bearer token clients must send; None = no auth")
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "IngestOptions":
-        env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for name, var in ENV.items():
-            raw = env.get(var, "").strip()
-            if raw:
-                values[name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return cls(**values)  # type: ignore[arg-type]
-        except ValidationError as exc:
-            problems = [f"{ENV.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors(include_url=False)]
-            raise SettingsError("invalid ingest options: " + "; ".join(problems)) from None
-
-    def to_env(self) -> dict[str, str]:
-        """The variables that rebuild these options in a worker process."""
-        return {ENV[name]: str(value) for name, value in self.model_dump().items() if value is not None}
+    def from_settings(cls, settings: Settings) -> "IngestOptions":
+        return cls(max_body_bytes=settings.ingest_max_body_bytes, request_timeout=settings.ingest_request_timeout,
+                   produce_timeout=settings.ingest_produce_timeout, token=settings.ingest_token)  # fmt: skip

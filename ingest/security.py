@@ -16,9 +16,6 @@ from fastapi import HTTPException, Request
 
 from agl_stream.service import TokenVerdict, presented_token, token_verdict
 
-TOKEN_ENV = "AGL_INGEST_TOKEN"
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-
 
 def check_token(request: Request, expected: Optional[str]) -> None:
     """Raise 401 unless auth is off or the request carries the expected token (Bearer, or OpenAI-style

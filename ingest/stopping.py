@@ -2,17 +2,15 @@
 
 ``agl-stream ingest ...`` runs under uvicorn, which installs its own signal handlers. The CLI process
 arms :func:`agl_stream.service.stop_with_parent` itself; with ``--workers N`` uvicorn's manager starts the
-workers, so each arms the same against the manager from the app factory, told to by ``WORKER_STOP_ENV``.
+workers, so each arms the same against the manager from the app factory, told to by ``AGL_INGEST_WORKER_STOP_S``.
 """
 
 from __future__ import annotations
 
-import os
-
+from agl_stream.config import Settings
 from agl_stream.service import StopDeadline, stop_with_parent
 
 #: set by the CLI for uvicorn's worker processes: their stop timeout, seconds
-WORKER_STOP_ENV = "AGL_INGEST_WORKER_STOP_S"
 #: after uvicorn's graceful shutdown (in-flight requests), the producers' flush
 FLUSH_BUDGET_S = 5.0
 
@@ -24,7 +22,7 @@ def stop_timeout(graceful_s: float) -> float:
 
 def stop_with_manager() -> bool:
     """In a uvicorn worker the CLI started: stop, bounded, when uvicorn's manager process dies."""
-    value = os.environ.get(WORKER_STOP_ENV)
-    if not value:
+    bound = Settings.from_env().ingest_worker_stop_s
+    if bound is None:
         return False
-    return stop_with_parent(StopDeadline(float(value), name="ingest worker"), always=True)
+    return stop_with_parent(StopDeadline(bound, name="ingest worker"), always=True)

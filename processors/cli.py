@@ -107,8 +107,12 @@ def sink_command(
         None, "--migrate/--no-migrate", help="apply pending migrations first (default: only with the embedded engine)"
     ),
     sql_door: bool = typer.Option(True, "--sql-door/--no-sql-door", help="embedded engine: serve read-only SQL to local commands"),
-    sql_door_host: str = typer.Option("127.0.0.1", envvar="AGL_SQL_DOOR_HOST", help="address of the SQL door"),
-    sql_door_port: int = typer.Option(0, envvar="AGL_SQL_DOOR_PORT", min=0, max=65535, help="port of the SQL door (0: a free one)"),
+    sql_door_host: Optional[str] = typer.Option(
+        None, help="address of the SQL door (env: AGL_SQL_DOOR_HOST; default: 127.0.0.1)"
+    ),
+    sql_door_port: Optional[int] = typer.Option(
+        None, min=0, max=65535, help="port of the SQL door, 0: a free one (env: AGL_SQL_DOOR_PORT; default: 0)"
+    ),
 ) -> None:
     """Run the Kafka -> ClickHouse sinks in this process (one shared client; Ctrl+C stops gracefully).
 
@@ -119,7 +123,8 @@ def sink_command(
     from agl_stream_processors.sinks import SinkOptions, SinkService
     from agl_stream_processors.sinks.specs import resolve
 
-    settings = Settings.from_env()
+    settings = Settings.from_env(sql_door_host=sql_door_host, sql_door_port=sql_door_port)
+    sql_door_host, sql_door_port = settings.sql_door_host, settings.sql_door_port
     try:
         resolve(names)
     except KeyError as exc:

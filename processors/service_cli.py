@@ -43,8 +43,12 @@ def processors(
     sql_door: bool = typer.Option(
         True, "--sql-door/--no-sql-door", help="sinks on the embedded engine: serve read-only SQL to local commands"
     ),
-    sql_door_host: str = typer.Option("127.0.0.1", envvar="AGL_SQL_DOOR_HOST", help="address of the SQL door"),
-    sql_door_port: int = typer.Option(0, envvar="AGL_SQL_DOOR_PORT", min=0, max=65535, help="port of the SQL door (0: a free one)"),
+    sql_door_host: Optional[str] = typer.Option(
+        None, help="address of the SQL door (env: AGL_SQL_DOOR_HOST; default: 127.0.0.1)"
+    ),
+    sql_door_port: Optional[int] = typer.Option(
+        None, min=0, max=65535, help="port of the SQL door, 0: a free one (env: AGL_SQL_DOOR_PORT; default: 0)"
+    ),
 ) -> None:
     from agl_stream.adapter import build_adapter
     from agl_stream_processors.clickhouse.door_file import DoorOptions
@@ -66,7 +70,8 @@ def processors(
             build_adapter(adapter)  # fail fast on a bad spec, before anything connects
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    settings = Settings.from_env()
+    settings = Settings.from_env(sql_door_host=sql_door_host, sql_door_port=sql_door_port)
+    sql_door_host, sql_door_port = settings.sql_door_host, settings.sql_door_port
     if not settings.kafka_bootstrap:
         typer.echo("error: set AGL_KAFKA_BOOTSTRAP (or start a local broker with `agl-stream broker`)", err=True)
         raise typer.Exit(2)

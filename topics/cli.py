@@ -16,8 +16,8 @@ from agl_stream_topics.catalog import CATALOG
 app = typer.Typer(no_args_is_help=True)
 console = Console()
 
-BootstrapOpt = typer.Option(None, "--bootstrap", "-b", envvar="AGL_KAFKA_BOOTSTRAP", help="Kafka host:port")
-PartitionsOpt = typer.Option(None, "--partitions", envvar="AGL_PARTITIONS", help="partitions of rollout-keyed topics")
+BootstrapOpt = typer.Option(None, "--bootstrap", "-b", help="Kafka host:port (env: AGL_KAFKA_BOOTSTRAP)")
+PartitionsOpt = typer.Option(None, "--partitions", help="partitions of rollout-keyed topics (env: AGL_PARTITIONS; default: 4)")
 
 
 def _settings(bootstrap: Optional[str], partitions: Optional[int] = None) -> Settings:

@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 
 def trainer(
     config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False, help="trainer.yaml"),
-    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", envvar="AGL_KAFKA_BOOTSTRAP", help="Kafka host:port"),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka host:port (env: AGL_KAFKA_BOOTSTRAP)"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
 ) -> None:
     """Run the task scheduler and the learner as one service."""

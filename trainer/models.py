@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from agl_stream.config import Settings
+
 logger = logging.getLogger(__name__)
 
 IM_END = "<|im_end|>"
@@ -27,9 +29,9 @@ _lock = threading.RLock()
 
 
 def cache_dir() -> Path:
-    """``$AGL_MODEL_CACHE`` or ``~/.cache/agl-stream/models``."""
-    root = os.environ.get("AGL_MODEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "agl-stream" / "models"
+    """``AGL_MODEL_CACHE`` or ``~/.cache/agl-stream/models``."""
+    root = Settings.from_env().model_cache
+    return root if root is not None else Path.home() / ".cache" / "agl-stream" / "models"
 
 
 def _publish_dir(tmp: Path, target: Path) -> None:

@@ -32,11 +32,12 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from agl_stream.air import record
 from agl_stream.air.rules import CodeExecution, ToolCall, events_for
+from agl_stream.config import Settings, env_name
 from agl_stream.instrumentation.conventions import json_or_none
 
 logger = logging.getLogger(__name__)
 
-LLM_SWITCH = "AGL_INSTRUMENT_OPENAI"
+LLM_SWITCH = env_name("instrument_openai")
 KIND = "openinference.span.kind"
 _UNSET = object()
 _LOCK = threading.Lock()
@@ -154,11 +155,8 @@ def _switch_llm_tracing(on: bool) -> None:
         provider = _agl_provider()
         if provider is not None:  # the tracer already armed the instrumentations: arm it again
             instrumentation.instrument_installed(provider)
-    from agl_stream.env_var import resolve_bool_env_var
-
-    record.SETTINGS.trace_llm_calls = bool(
-        resolve_bool_env_var("AGL_INSTRUMENT", fallback=True) and resolve_bool_env_var(LLM_SWITCH, fallback=True)
-    )
+    settings = Settings.from_env()
+    record.SETTINGS.trace_llm_calls = settings.instrument and settings.instrument_openai
 
 
 def _agl_provider() -> Any:

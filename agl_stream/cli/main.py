@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from agl_stream.config import SettingsError
+from agl_stream.config import Settings, SettingsError
 
 #: name -> ("module:attribute" of a typer.Typer or a function, help, pip extra that provides it)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -50,11 +50,13 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    log_level: str = typer.Option("INFO", "--log-level", envvar="AGL_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR"),
+    log_level: Optional[str] = typer.Option(
+        None, "--log-level", help="DEBUG, INFO, WARNING or ERROR (env: AGL_LOG_LEVEL; default: INFO)"
+    ),
 ) -> None:
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
+    if log_level is not None and log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise typer.BadParameter(f"unknown log level {log_level!r}")
+    level = getattr(logging, Settings.from_env(log_level=log_level.upper() if log_level else None).log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "kafka"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
+from agl_stream.config import env_name
+
 #: the user name a door's DSN carries; the door checks only the token (the password)
 DOOR_USER = "agl"
-TOKEN_ENV = "AGL_SQL_DOOR_TOKEN"
+TOKEN_ENV = env_name("sql_door_token")
 
 
 @dataclass(frozen=True)

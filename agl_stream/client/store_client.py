@@ -161,7 +161,7 @@ class StoreClient:
 
     @staticmethod
     def _otlp_endpoint() -> Optional[str]:
-        return os.environ.get("AGL_OTLP_ENDPOINT") or None
+        return Settings.from_env().otlp_endpoint
 
     async def statistics(self) -> dict[str, Any]:
         """Counts of what this client sees (``total_spans`` only when a span reader is reachable)."""

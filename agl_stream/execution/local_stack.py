@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from agl_stream.broker import BrokerError, LocalBroker, describe, local_broker
-from agl_stream.config import Settings
+from agl_stream.config import Settings, env_name
 from agl_stream.service import ServiceProcess, agl_command, die_with_parent
 
 logger = logging.getLogger(__name__)
 
 DASHBOARD_PORT = 4747  # upstream's dashboard port; another free one when it is taken
+#: settings every child service gets explicitly, whatever the parent's environment holds
+CHILD_SETTINGS = ("kafka_bootstrap", "topic_prefix", "partitions", "replication_factor", "data_dir", "kafka_session_timeout_ms",
+                  "log_level", "kafka_idempotence", "kafka_transactions", "topic_profile", "clickhouse_max_memory_mb")  # fmt: skip
 
 
 def _port_free(port: int) -> bool:
@@ -69,27 +72,10 @@ class LocalStack:
         self.settings = settings
 
     def env(self) -> dict[str, str]:
-        """The settings as ``AGL_*`` variables for child services."""
-        s = self.settings
-        env = {
-            "AGL_KAFKA_BOOTSTRAP": s.kafka_bootstrap or "",
-            "AGL_TOPIC_PREFIX": s.topic_prefix,
-            "AGL_PARTITIONS": str(s.partitions),
-            "AGL_REPLICATION_FACTOR": str(s.replication_factor),
-            "AGL_DATA_DIR": str(s.data_dir),
-            "AGL_CLICKHOUSE_DSN": s.effective_clickhouse_dsn,
-            "AGL_KAFKA_SESSION_TIMEOUT_MS": str(s.kafka_session_timeout_ms),
-            "AGL_LOG_LEVEL": s.log_level,
-        }
-        if s.kafka_compression:
-            env["AGL_KAFKA_COMPRESSION"] = s.kafka_compression
-        env["AGL_KAFKA_IDEMPOTENCE"] = "true" if s.kafka_idempotence else "false"
-        env["AGL_KAFKA_TRANSACTIONS"] = "true" if s.kafka_transactions else "false"
-        env["AGL_TOPIC_PROFILE"] = s.topic_profile
-        # the embedded engine's memory bounds (settings built in code reach the sinks process too)
-        env["AGL_CLICKHOUSE_MAX_MEMORY_MB"] = str(s.clickhouse_max_memory_mb)
-        if s.clickhouse_engine_settings:
-            env["AGL_CLICKHOUSE_ENGINE_SETTINGS"] = s.clickhouse_engine_settings
+        """The settings as ``AGL_*`` variables for child services (``Settings.to_env``), the ones that describe the
+        job always, and the ClickHouse DSN the job uses."""
+        env = self.settings.to_env(always=CHILD_SETTINGS)
+        env[env_name("clickhouse_dsn")] = self.settings.effective_clickhouse_dsn
         return env
 
     async def start(self) -> Settings:
@@ -160,7 +146,7 @@ class LocalStack:
         (self.log_dir / "dashboard.log").unlink(missing_ok=True)  # its URL line must be this start's
         dashboard = ServiceProcess(
             "dashboard", agl_command("dashboard", "--port", str(chosen), "--host", "127.0.0.1"),
-            env={**self.env(), "AGL_DASHBOARD_TOKEN": token}, log_path=self.log_dir / "dashboard.log",
+            env={**self.env(), env_name("dashboard_token"): token}, log_path=self.log_dir / "dashboard.log",
         ).start()  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

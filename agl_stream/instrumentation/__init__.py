@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import wrapt
 
 from agl_stream._porting import module_getattr
+from agl_stream.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -82,23 +83,22 @@ def instrument_installed(tracer_provider: Any, env: Optional[Mapping[str, str]] 
     """Instrument every supported library that is installed, when it is imported (once per process).
 
     Returns the names armed so far; :func:`active` says which libraries were imported and are traced."""
-    from agl_stream.env_var import resolve_bool_env_var
-
+    settings = Settings.from_env(env)
     with _LOCK:
-        if not resolve_bool_env_var("AGL_INSTRUMENT", fallback=True, env=env):
+        if not settings.instrument:
             return sorted(_ARMED)
         for item in INSTRUMENTATIONS:
             if item.name in _ACTIVE or not _importable(item.library):
                 continue
             if item.name in _ARMED and item.library not in sys.modules:
                 continue  # its hook is waiting for the import (an imported, inactive one is armed again)
-            if not resolve_bool_env_var(f"AGL_INSTRUMENT_{item.name.upper()}", fallback=True, env=env):
+            if not switched_on(item, settings):
                 continue
             module_name, _, class_name = item.instrumentor.partition(":")
             if not _importable(module_name.rsplit(".", 1)[0]) or not _importable(module_name):
                 logger.warning("%s is installed but its tracing is not: %s", item.library, item.install_hint)
                 continue
-            ask_token_ids = item.name == "openai" and bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True, env=env))
+            ask_token_ids = item.name == "openai" and settings.request_token_ids
             _ARMED.add(item.name)
             # Activated when the agent imports the library (at once if it already did): importing
             # openai or langchain costs about a second of CPU per process, which an agent that never
@@ -114,11 +114,8 @@ def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_p
               env: Optional[Mapping[str, str]], _library: Any) -> None:  # fmt: skip
     """Post-import hook: the instrumented library was just imported; instrument it (unless its switch
     was turned off since it was armed, e.g. by ``agl_stream.air.auto_instrument(trace_llm_calls=False)``)."""
-    from agl_stream.env_var import resolve_bool_env_var
-
     with _LOCK:
-        switched_on = resolve_bool_env_var(f"AGL_INSTRUMENT_{item.name.upper()}", fallback=True, env=env)
-        if item.name in _ACTIVE or not switched_on:
+        if item.name in _ACTIVE or not switched_on(item, Settings.from_env(env)):
             return
         instrumentor = getattr(importlib.import_module(module_name), class_name)()
         instrumentor.instrument(tracer_provider=tracer_provider)
@@ -127,6 +124,11 @@ def _activate(item: Instrumentation, module_name: str, class_name: str, tracer_p
         from agl_stream.instrumentation.openai import request_token_ids
 
         request_token_ids()
+
+
+def switched_on(item: Instrumentation, settings: Settings) -> bool:
+    """``AGL_INSTRUMENT_<NAME>``: one library's switch (every name in :data:`INSTRUMENTATIONS` is a settings field)."""
+    return bool(getattr(settings, f"instrument_{item.name}"))
 
 
 def active() -> list[str]:

@@ -290,9 +290,9 @@ class LiteLLMInstrumentor(OpenInferenceExtension):
         """Ours first, so that OpenInference's wrapper (and its span) is around ours."""
         import litellm
 
-        from agl_stream.env_var import resolve_bool_env_var
+        from agl_stream.config import Settings
 
-        ask = bool(resolve_bool_env_var("AGL_REQUEST_TOKEN_IDS", fallback=True))
+        ask = Settings.from_env().request_token_ids
         for name in WRAPPED:
             _ORIGINALS[name] = getattr(litellm, name)
             setattr(litellm, name, _wrap(_ORIGINALS[name], name == "acompletion", ask))

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Awaitable, Callable, Optional, TypeVar
 
+from agl_stream.config import Settings, env_name
 from agl_stream.service._exit import ExitCode
 from agl_stream.service._kernel import arm_parent_death
 
@@ -29,7 +30,7 @@ STOP_GRACE_S = 3.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: "1" in a child's environment: its starter wants it to stop when its parent dies (see stop_with_parent)
-STOP_WITH_PARENT_ENV = "AGL_STOP_WITH_PARENT"
+STOP_WITH_PARENT_ENV = env_name("stop_with_parent")  # what a starter sets for its children
 
 
 class StopDeadline:
@@ -79,7 +80,7 @@ def stop_with_parent(deadline: StopDeadline, *, poll_s: float = 0.5, always: boo
     here from inside, so it covers processes a framework starts, such as uvicorn's workers), and a watcher
     thread arms the deadline as soon as the parent is gone: the stop is bounded even where a framework's
     own handler took the signal. Returns whether it is armed."""
-    if not (always or os.environ.get(STOP_WITH_PARENT_ENV) == "1"):
+    if not (always or Settings.from_env().stop_with_parent):
         return False
     parent = os.getppid()
     if parent == 1 or not arm_parent_death(signal.SIGTERM):

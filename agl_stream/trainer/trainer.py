@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from agl_stream.adapter import TraceAdapter, TraceToMessages, TracerTraceToTriplet, build_adapter
 from agl_stream.algorithm.base import Algorithm, build_component
 from agl_stream.client import StoreClient
-from agl_stream.config import Settings
+from agl_stream.config import Settings, env_name
 from agl_stream.execution.components import write_components
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.service import ServiceCrashed
@@ -219,7 +219,7 @@ class Trainer:
 
     def _components(self, agent: Any, settings: Settings, local_processors: bool) -> tuple[list[str], list[str], dict[str, str]]:
         """(runner agent args, processor args, runner env): objects go through a components file."""
-        runner_env = {"AGL_SPAN_EXPORT": self.tracer} if isinstance(self.tracer, str) else {}
+        runner_env = {env_name("span_export"): self.tracer} if isinstance(self.tracer, str) else {}
         if isinstance(agent, LitAgent):
             agent.set_trainer(self)
         runner_objects: dict[str, Any] = {}

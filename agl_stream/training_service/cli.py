@@ -13,24 +13,27 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from agl_stream.config import Settings
 from agl_stream.training_service.client import Client
 from agl_stream.training_service.types import TrainingServiceError
 
-DEFAULT_URL = "http://127.0.0.1:8181"
+DEFAULT_URL = Settings.model_fields["server_url"].default
 
 data = typer.Typer(no_args_is_help=True, help="Upload and list datasets on the training server.")
 jobs = typer.Typer(no_args_is_help=True, help="List, stop and read the results of the training server's jobs.")
 model = typer.Typer(no_args_is_help=True, help="List checkpoints and download the trained model.")
 
-ServerUrl = typer.Option(DEFAULT_URL, "--server-url", envvar="AGL_SERVER_URL", help="the training server")
-Token = typer.Option(None, "--token", envvar="AGL_SERVER_TOKEN", help="its bearer token", show_default=False)
+ServerUrl = typer.Option(None, "--server-url", help=f"the training server (env: AGL_SERVER_URL; default: {DEFAULT_URL})",
+                         show_default=False)  # fmt: skip
+Token = typer.Option(None, "--token", help="its bearer token (env: AGL_SERVER_TOKEN)", show_default=False)
 Timeout = typer.Option(300.0, "--timeout", help="seconds per request")
 Retries = typer.Option(3, "--max-retries", help="retries of a request the server could not answer")
 VerifySsl = typer.Option(True, "--verify-ssl/--no-verify-ssl", help="check the server's TLS certificate")
 
 
-def _client(url: str, token: Optional[str], timeout: float, retries: int, verify: bool) -> Client:
-    return Client(url, timeout=timeout, max_retries=retries, verify_ssl=verify, token=token)
+def _client(url: Optional[str], token: Optional[str], timeout: float, retries: int, verify: bool) -> Client:
+    settings = Settings.from_env(server_url=url, server_token=token)
+    return Client(settings.server_url, timeout=timeout, max_retries=retries, verify_ssl=verify, token=settings.server_token)
 
 
 def _run(action: Callable[[], Any]) -> Any:
@@ -66,7 +69,7 @@ def upload(
     train_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSONL: question, optional ground_truth, any fields"),
     test_file: Optional[Path] = typer.Option(None, "--test", exists=True, dir_okay=False, help="held-out JSONL"),
     data_id: Optional[str] = typer.Option(None, "--data-id", help="name it (default: the server picks one)"),
-    server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+    server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
     verify: bool = VerifySsl,
 ) -> None:  # fmt: skip
     """Upload a dataset; prints its data_id."""
@@ -75,7 +78,7 @@ def upload(
 
 
 @data.command("list")
-def list_data(server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+def list_data(server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
               verify: bool = VerifySsl) -> None:  # fmt: skip
     """The complete uploads, oldest first, as JSON."""
     with _client(server_url, token, timeout, retries, verify) as client:
@@ -93,7 +96,7 @@ def train(
     checkpoint_dir: Optional[str] = typer.Option(None, "--checkpoint-dir", help="under the server's checkpoint folder"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1),
     output: Optional[Path] = typer.Option(None, "--output", help="write the TrainingResult JSON here (default: stdout)"),
-    server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+    server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
     verify: bool = VerifySsl,
 ) -> None:  # fmt: skip
     """Train on an uploaded dataset with the agent running here; prints the TrainingResult."""
@@ -115,7 +118,7 @@ def evaluate(
     data_id: Optional[str] = typer.Option(None, "--data-id"),
     nworkers: int = typer.Option(1, "--nworkers", min=1),
     success_threshold: float = typer.Option(1.0, "--success-threshold", help="a reward at least this counts as right"),
-    server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+    server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
     verify: bool = VerifySsl,
 ) -> None:  # fmt: skip
     """Evaluate a checkpoint's weights with the agent running here; prints the EvalResult."""
@@ -127,7 +130,7 @@ def evaluate(
 
 
 @model.command("list")
-def list_checkpoints(job_id: Optional[str] = typer.Option(None, "--job-id"), server_url: str = ServerUrl,
+def list_checkpoints(job_id: Optional[str] = typer.Option(None, "--job-id"), server_url: Optional[str] = ServerUrl,
                      token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
                      verify: bool = VerifySsl) -> None:  # fmt: skip
     """Checkpoints on the server, oldest first, as JSON."""
@@ -141,7 +144,7 @@ def download(
     checkpoint: str = typer.Option("latest", "--checkpoint"),
     format: str = typer.Option("huggingface", "--format", help="huggingface, safetensors or onnx"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace a non-empty output_dir"),
-    server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+    server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
     verify: bool = VerifySsl,
 ) -> None:  # fmt: skip
     """Download a checkpoint as a model folder (transformers' from_pretrained loads the huggingface format)."""
@@ -152,7 +155,7 @@ def download(
 
 
 @jobs.command("list")
-def list_jobs(server_url: str = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
+def list_jobs(server_url: Optional[str] = ServerUrl, token: Optional[str] = Token, timeout: float = Timeout, retries: int = Retries,
               verify: bool = VerifySsl) -> None:  # fmt: skip
     """Every job, oldest first, as JSON."""
     with _client(server_url, token, timeout, retries, verify) as client:
@@ -160,7 +163,7 @@ def list_jobs(server_url: str = ServerUrl, token: Optional[str] = Token, timeout
 
 
 @jobs.command("stop")
-def stop_job(job_id: str = typer.Argument(...), server_url: str = ServerUrl, token: Optional[str] = Token,
+def stop_job(job_id: str = typer.Argument(...), server_url: Optional[str] = ServerUrl, token: Optional[str] = Token,
              timeout: float = Timeout, retries: int = Retries, verify: bool = VerifySsl) -> None:  # fmt: skip
     """Stop a running job (what Ctrl-C in `agl-stream train` does); prints its status."""
     with _client(server_url, token, timeout, retries, verify) as client:
@@ -168,7 +171,7 @@ def stop_job(job_id: str = typer.Argument(...), server_url: str = ServerUrl, tok
 
 
 @jobs.command("result")
-def job_result(job_id: str = typer.Argument(...), server_url: str = ServerUrl, token: Optional[str] = Token,
+def job_result(job_id: str = typer.Argument(...), server_url: Optional[str] = ServerUrl, token: Optional[str] = Token,
                timeout: float = Timeout, retries: int = Retries, verify: bool = VerifySsl) -> None:  # fmt: skip
     """A finished job's TrainingResult or EvalResult, as JSON."""
     with _client(server_url, token, timeout, retries, verify) as client:

@@ -22,6 +22,8 @@ from typing import Any, Iterator, Optional, Union
 
 from tenacity import RetryCallState
 
+from agl_stream.config import Settings, env_name
+
 from agl_stream.service import Backoff, retrying_blocking
 from agl_stream.training_service.agent import AgentFunc, ServiceAgent
 from agl_stream.training_service.types import (
@@ -36,7 +38,7 @@ from agl_stream.training_service.types import (
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ENV = "AGL_SERVER_TOKEN"
+TOKEN_ENV = env_name("server_token")
 RETRY_STATUSES = (502, 503, 504)
 
 
@@ -76,7 +78,7 @@ class Client:
         self.poll_interval = poll_interval
         self.retry_delay = 0.5  # seconds before the first retry, doubling up to 8
         self.data_dir = data_dir
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        token = token if token is not None else Settings.from_env().server_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.server_url, timeout=timeout, verify=verify_ssl, headers=headers,
                                   transport=transport)  # fmt: skip

@@ -144,4 +144,5 @@ async def export(
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
     stop_with_manager()
-    return create_app(Settings.from_env(), IngestOptions.from_env())
+    settings = Settings.from_env()
+    return create_app(settings, IngestOptions.from_settings(settings))

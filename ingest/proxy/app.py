@@ -311,7 +311,7 @@ def create_app(
 ) -> FastAPI:
     """The proxy app; its lifespan starts the producer and flushes it (and pending spans) on shutdown."""
     options = options or IngestOptions()
-    config = config or ProxyConfig.from_env()
+    config = config or ProxyConfig.from_settings(settings)
     # One span per call, and the caller waits for its ack: no linger, latency over batching.
     publisher = publisher or SpanPublisher(settings, SERVER, timeout=options.produce_timeout, linger_ms=0)
     service = ProxyService(settings, options, config, publisher)
@@ -357,4 +357,5 @@ def create_app(
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
     stop_with_manager()
-    return create_app(Settings.from_env(), IngestOptions.from_env(), ProxyConfig.from_env())
+    settings = Settings.from_env()
+    return create_app(settings, IngestOptions.from_settings(settings), ProxyConfig.from_settings(settings))

@@ -10,16 +10,14 @@ command line fills from ``--config FILE`` / ``--backend NAME=URL``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agl_stream.config import SettingsError
+from agl_stream.config import Settings, SettingsError, env_name
 
-CONFIG_ENV = "AGL_INGEST_PROXY_CONFIG"
-BACKEND_KEY_ENV = "AGL_INGEST_BACKEND_API_KEY"
+CONFIG_ENV = env_name("ingest_proxy_config")
 
 #: litellm providers that speak vLLM's extensions (``return_token_ids``) when pointed at a server
 _VLLM_COMPATIBLE = frozenset({"hosted_vllm", "openai", "vllm"})
@@ -117,9 +115,9 @@ class ProxyConfig(BaseModel):
         return cls.from_mapping({"model_list": models}, **overrides)
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ProxyConfig":
-        env = os.environ if env is None else env
-        raw = env.get(CONFIG_ENV)
+    def from_settings(cls, settings: Settings) -> "ProxyConfig":
+        """The config the CLI wrote for its workers (``AGL_INGEST_PROXY_CONFIG``, JSON)."""
+        raw = settings.ingest_proxy_config
         if not raw:
             raise SettingsError(f"{CONFIG_ENV} is not set: start the proxy with --config FILE or --backend NAME=URL")
         try:

@@ -406,12 +406,9 @@ def create_app(
     return app
 
 
-SPAN_COUNTS_ENV = "AGL_STORE_SPAN_COUNTS"
-
-
 def app_from_env() -> FastAPI:
     """uvicorn factory: every worker process builds its app from ``AGL_*`` variables."""
     stop_with_manager()
-    counts = os.environ.get(SPAN_COUNTS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    return create_app(Settings.from_env(), IngestOptions.from_env(), span_counts=counts)
+    settings = Settings.from_env()
+    return create_app(settings, IngestOptions.from_settings(settings), span_counts=settings.store_span_counts)
 

@@ -46,6 +46,8 @@ from typing import Any, Optional
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from agl_stream.config import Settings
+
 from agl_stream.service import HttpHost, TokenVerdict, add_health_routes, always_healthy, presented_token, token_verdict
 
 from agl_stream_processors.clickhouse.client import Target
@@ -233,7 +235,7 @@ class SqlDoor:
             raise ValueError("the SQL door serves an embedded engine (chdb://); a ClickHouse server has its own HTTP interface")
         self.target = target
         self.options = options
-        self.token = options.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+        self.token = options.token or Settings.from_env().sql_door_token or secrets.token_urlsafe(32)
         self.engine: Optional[ReadOnlyEngine] = None
         self.server: Optional[HttpHost] = None
         self.address: Optional[DoorAddress] = None

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -31,9 +30,11 @@ from typing import Any, Mapping, Optional
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import OperationalError
 
+from agl_stream.config import Settings, env_name
+
 logger = logging.getLogger(__name__)
 
-ENV = "AGL_CLICKHOUSE_FAILPOINT"
+ENV = env_name("clickhouse_failpoint")
 
 #: Client methods that reach the server; everything else (close, settings, attributes) passes through.
 SERVER_CALLS = frozenset(
@@ -54,8 +55,8 @@ class Failpoint:
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Optional["Failpoint"]:
-        value = (os.environ if env is None else env).get(ENV, "").strip()
-        return cls(Path(value)) if value else None
+        path = Settings.from_env(env).clickhouse_failpoint
+        return cls(path) if path is not None else None
 
     def check(self, call: str) -> None:
         """Sleep (slow mode) or raise (outage) according to the file; return at once when it is absent."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from typing import Optional
@@ -11,17 +10,20 @@ import typer
 
 from agl_stream.config import Settings
 
-TOKEN_ENV = "AGL_DASHBOARD_TOKEN"
 
 
 def dashboard(
     dsn: Optional[str] = typer.Option(
         None, "--dsn", help="chdb:///dir or http(s)://user:pass@host:8123/db (default: AGL_CLICKHOUSE_DSN or <data_dir>/clickhouse)"
     ),
-    host: str = typer.Option("127.0.0.1", "--host", envvar="AGL_DASHBOARD_HOST", help="address to bind (loopback by default)"),
-    port: int = typer.Option(4747, "--port", envvar="AGL_DASHBOARD_PORT", min=0, max=65535, help="port (0: a free one)"),
+    host: Optional[str] = typer.Option(
+        None, "--host", help="address to bind (env: AGL_DASHBOARD_HOST; default: 127.0.0.1, loopback)"
+    ),
+    port: Optional[int] = typer.Option(
+        None, "--port", min=0, max=65535, help="port, 0: a free one (env: AGL_DASHBOARD_PORT; default: 4747)"
+    ),
     token: Optional[str] = typer.Option(
-        None, "--token", envvar=TOKEN_ENV, help="the token the page asks for (default: a random one, printed in the URL)"
+        None, "--token", help="the token the page asks for (env: AGL_DASHBOARD_TOKEN; default: a random one, in the URL)"
     ),
     refresh: float = typer.Option(5.0, "--refresh", min=1.0, help="seconds between automatic refreshes of the page"),
 ) -> None:
@@ -35,12 +37,14 @@ def dashboard(
     from agl_stream_processors.dashboard.app import create_app
     from agl_stream_processors.dashboard.source import DataSource
 
+    settings = Settings.from_env(dashboard_host=host, dashboard_port=port, dashboard_token=token)
+    host, port = settings.dashboard_host, settings.dashboard_port
     try:
-        source = DataSource(dsn or Settings.from_env().effective_clickhouse_dsn)
+        source = DataSource(dsn or settings.effective_clickhouse_dsn)
     except ClickHouseConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    secret = token or secrets.token_urlsafe(24)
+    secret = settings.dashboard_token or secrets.token_urlsafe(24)
     try:
         sock = bound_socket(host, port)
     except OSError as exc:
@@ -51,8 +55,8 @@ def dashboard(
     typer.echo(f"agl-stream dashboard: http://{shown_host}:{bound}/?token={secret}")
     typer.echo(f"reading {source.describe()['where']}; Ctrl+C stops it")
     sys.stdout.flush()
-    if token is None and TOKEN_ENV not in os.environ:
-        typer.echo(f"(a random token; set {TOKEN_ENV} or --token to choose one)", err=True)
+    if settings.dashboard_token is None:
+        typer.echo("(a random token; set AGL_DASHBOARD_TOKEN or --token to choose one)", err=True)
     deadline = StopDeadline(10.0, name="dashboard")
     stop_with_parent(deadline)  # started by a job: gone, bounded, when the job is
     try:

@@ -225,15 +225,17 @@ def test_the_installer_runs_as_a_script_without_the_venv(tmp_path: Path) -> None
     import agl_stream.broker._install as installer
 
     script = installer.__file__
-    no_java = {"PATH": str(tmp_path), "HOME": str(tmp_path), "AGL_KAFKA_HOME": str(tmp_path / "kafka")}
-    optional = subprocess.run([sys.executable, "-S", script, "--optional"], env=no_java, capture_output=True, text=True, timeout=60)
+    no_java = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+    home = ["--home", str(tmp_path / "kafka")]  # make passes AGL_KAFKA_HOME so: the script reads no settings
+    optional = subprocess.run([sys.executable, "-S", script, "--optional", *home], env=no_java, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
     assert optional.returncode == 0, optional.stderr
     assert "no java" in optional.stderr and "Tansu" in optional.stderr and "agl-stream broker install" in optional.stderr
-    required = subprocess.run([sys.executable, "-S", script], env=no_java, capture_output=True, text=True, timeout=60)
+    required = subprocess.run([sys.executable, "-S", script, *home], env=no_java, capture_output=True, text=True, timeout=60)
     assert required.returncode == 2 and "error: no java" in required.stderr
     if _kafka_here():
-        present = subprocess.run([sys.executable, "-S", script, "--optional"], capture_output=True, text=True, timeout=120,
-                                 env={**os.environ, "AGL_KAFKA_HOME": str(installer.kafka_home())})  # fmt: skip
+        present = subprocess.run([sys.executable, "-S", script, "--optional", "--home", str(installer.kafka_home())],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
         assert present.returncode == 0 and "is installed in" in present.stdout, present.stderr
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi import HTTPException
 
-from agl_stream.config import SettingsError
+from agl_stream.config import Settings, SettingsError
 from agl_stream_ingest.proxy import sse
 from agl_stream_ingest.proxy.backend import shape_request
 from agl_stream_ingest.proxy.capture import StreamAccumulator, from_response, policy_version
@@ -33,7 +33,7 @@ def test_config_from_yaml_json_backends_and_env(tmp_path: Path) -> None:
     json_file = tmp_path / "proxy.json"
     json_file.write_text(json.dumps({"model_list": [VLLM], "logprobs": 1}))
     assert from_yaml == ProxyConfig.from_file(json_file)
-    assert ProxyConfig.from_env(from_yaml.to_env()) == from_yaml
+    assert ProxyConfig.from_settings(Settings.from_env(env=from_yaml.to_env())) == from_yaml  # what a worker rebuilds
     backends = ProxyConfig.from_backends(["tiny=http://127.0.0.1:9000/v1/"], api_key="k")
     assert backends.model_list[0].litellm_params == {"model": "openai/tiny", "api_base": "http://127.0.0.1:9000/v1",
                                                      "api_key": "k"}
@@ -54,9 +54,9 @@ def test_bad_configs_are_refused_with_reasons(doc: dict, reason: str) -> None:
 
 def test_missing_or_broken_env_config_names_the_variable() -> None:
     with pytest.raises(SettingsError, match=CONFIG_ENV):
-        ProxyConfig.from_env({})
+        ProxyConfig.from_settings(Settings.from_env(env={}))
     with pytest.raises(SettingsError, match=CONFIG_ENV):
-        ProxyConfig.from_env({CONFIG_ENV: "{not json"})
+        ProxyConfig.from_settings(Settings.from_env(env={CONFIG_ENV: "{not json"}))
     with pytest.raises(SettingsError, match="NAME=http"):
         ProxyConfig.from_backends(["just-a-name"])
 

@@ -38,6 +38,7 @@ from agl_stream.adapter.messages import TraceToMessages
 from agl_stream.algorithm import Algorithm, RolloutResults, run_dataset
 from agl_stream.algorithm.results import RolloutResult
 from agl_stream.client import TopicFollower
+from agl_stream.config import Settings
 from agl_stream.types import NamedResources, PromptTemplate, Span
 
 logger = logging.getLogger(__name__)
@@ -203,15 +204,16 @@ class APO(Algorithm, Generic[T_task]):
         if beam_rounds < 0:
             raise ValueError(f"beam_rounds must be >= 0, got {beam_rounds}")
         # ``_poml_trace`` is upstream's debug switch for its POML prompt files; these prompts are plain text.
+        settings = Settings.from_env()
         self.async_openai_client = async_openai_client
         if async_openai_client is not None:
             self.model = model or "gpt-4.1-mini"
             default_gradient, default_edit = "gpt-5-mini", "gpt-4.1-mini"
         else:
-            self.model = model or os.environ.get("AGL_APO_MODEL") or "openai/gpt-4o-mini"
+            self.model = model or settings.apo_model
             default_gradient = default_edit = self.model
-        self.api_base = api_base or os.environ.get("AGL_APO_API_BASE")
-        self.api_key = api_key or os.environ.get("AGL_APO_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.api_base = api_base or settings.apo_api_base
+        self.api_key = api_key or settings.apo_api_key or os.environ.get("OPENAI_API_KEY")  # litellm's own variable
         self.gradient_model = gradient_model or (model if model else default_gradient)
         self.edit_model = edit_model or apply_edit_model or (model if model else default_edit)
         self.apply_edit_model = self.edit_model

@@ -15,7 +15,6 @@ from agl_stream.service import HttpHost, StopDeadline, bound_socket, stop_with_p
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ENV = "AGL_SERVER_TOKEN"
 
 
 @dataclass
@@ -41,7 +40,8 @@ def _secret_file(path: Path, text: str) -> None:
 
 
 def resolve_token(root: Path, given: Optional[str]) -> str:
-    token = given or os.environ.get(TOKEN_ENV)
+    """``given`` (already ``AGL_SERVER_TOKEN`` where the caller read the settings), else a random one in ``root/token``."""
+    token = given
     if token:
         return token
     token = secrets.token_urlsafe(24)
@@ -68,7 +68,7 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
     stop_with_parent(deadline)
     root = server_root(settings)
     root.mkdir(parents=True, exist_ok=True)
-    token = resolve_token(root, options.token)
+    token = resolve_token(root, options.token or settings.server_token)
     sock = bound_socket(options.host, options.port)  # first: a taken port fails before anything starts
     stack = LocalStack(settings, log_dir=settings.data_dir / "logs")
     producer = client = reader = jobs = None
@@ -85,7 +85,7 @@ async def run_server(settings: Settings, options: ServerOptions) -> None:
         server = HttpHost(app, options.host, name="training server", sock=sock)
         url = server.url
         _secret_file(root / "server.json", json.dumps({"url": url, "pid": os.getpid()}) + "\n")
-        print(f"agl-stream server: {url} (token: {'AGL_SERVER_TOKEN' if options.token or os.environ.get(TOKEN_ENV) else root / 'token'})",
+        print(f"agl-stream server: {url} (token: {'AGL_SERVER_TOKEN' if options.token or settings.server_token else root / 'token'})",
               flush=True)  # fmt: skip
         await server.serve(deadline)  # SIGINT/SIGTERM: the server stops, then everything below
     finally:

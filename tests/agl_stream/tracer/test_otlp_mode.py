@@ -47,7 +47,7 @@ def _value(any_value: object) -> object:
 
 
 def test_otlp_mode_sends_lightning_ids(receiver: str) -> None:
-    tracer = create_tracer(Settings.from_env(env={}), env={"AGL_SPAN_EXPORT": "otlp", "AGL_OTLP_ENDPOINT": receiver})
+    tracer = create_tracer(Settings.from_env(env={"AGL_SPAN_EXPORT": "otlp", "AGL_OTLP_ENDPOINT": receiver}))
     tracer.init()
     try:
         assert isinstance(tracer.pipeline.sink, OtlpSpanSink)
@@ -70,15 +70,20 @@ def test_otlp_mode_sends_lightning_ids(receiver: str) -> None:
 
 
 def test_export_mode_settings_are_validated() -> None:
-    settings = Settings.from_env(env={})
+    def tracer_from(env: dict[str, str]) -> object:
+        return create_tracer(Settings.from_env(env=env))
+
     with pytest.raises(SettingsError, match="AGL_OTLP_ENDPOINT"):
-        create_tracer(settings, env={"AGL_SPAN_EXPORT": "otlp"})
+        tracer_from({"AGL_SPAN_EXPORT": "otlp"})
     with pytest.raises(SettingsError, match="AGL_SPAN_EXPORT"):
-        create_tracer(settings, env={"AGL_SPAN_EXPORT": "carrier-pigeon"})
+        tracer_from({"AGL_SPAN_EXPORT": "carrier-pigeon"})
     with pytest.raises(SettingsError, match="AGL_SPAN_OVERFLOW"):
-        create_tracer(settings, env={"AGL_SPAN_OVERFLOW": "spill"})
+        tracer_from({"AGL_SPAN_OVERFLOW": "spill"})
     with pytest.raises(SettingsError, match="AGL_SPAN_BUFFER"):
-        create_tracer(settings, env={"AGL_SPAN_BUFFER": "0"})
-    tracer = create_tracer(settings, env={"AGL_SPAN_BUFFER": "10", "AGL_SPAN_OVERFLOW": "drop"})
-    assert (tracer.pipeline.max_buffered, tracer.pipeline.overflow) == (10, "drop")
-    assert isinstance(tracer.pipeline._sink_factory(), KafkaSpanSink)
+        tracer_from({"AGL_SPAN_BUFFER": "0"})
+    with pytest.raises(SettingsError, match="AGL_SPAN_BUFFER"):
+        create_tracer(Settings.from_env(env={}), max_buffered=0)  # an argument is checked the same way
+    tracer = tracer_from({"AGL_SPAN_BUFFER": "10", "AGL_SPAN_OVERFLOW": "drop"})
+    assert (tracer.pipeline.max_buffered, tracer.pipeline.overflow) == (10, "drop")  # type: ignore[attr-defined]
+    assert isinstance(tracer.pipeline._sink_factory(), KafkaSpanSink)  # type: ignore[attr-defined]
+    assert create_tracer(Settings.from_env(env={"AGL_SPAN_OVERFLOW": "drop"}), overflow="block").pipeline.overflow == "block"
