@@ -20,7 +20,6 @@ client retries 5xx after a health probe), 500 ``{"detail", "error_type"}`` for a
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional
 

@@ -52,7 +52,6 @@ from agl_stream.service import HttpHost, TokenVerdict, add_health_routes, always
 
 from agl_stream_processors.clickhouse.client import Target
 from agl_stream_processors.clickhouse.door_file import (
-    TOKEN_ENV,
     DoorAddress,
     DoorOptions,
     engine_directory,
