@@ -2,17 +2,18 @@
 
 Field names, defaults and which fields are query parameters are facts of upstream 0.3's wire API
 (``LightningStoreClient`` and ``LightningStoreServer``): an upstream client must not notice it talks to
-agl-stream. Unknown fields are ignored, as pydantic's default does upstream.
+agl-stream. Unknown fields are ignored, as pydantic's default does upstream. The helpers at the end apply
+upstream's rules to them: page checks, fields sent or not, models as JSON.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from fastapi import Query
+from fastapi import HTTPException, Query
 from pydantic import BaseModel, Field
 
-from agl_stream.client import EnqueueRolloutRequest, PaginatedResult
+from agl_stream.client import UNSET, EnqueueRolloutRequest, PaginatedResult
 from agl_stream.types import AttemptStatus, RolloutConfig, RolloutMode, RolloutStatus, WorkerStatus
 
 SortOrder = Literal["asc", "desc"]
@@ -144,3 +145,28 @@ def page_json(result: PaginatedResult[Any]) -> dict[str, Any]:
         "offset": result.offset,
         "total": result.total,
     }
+
+
+def check_page(page: Page, model: type[BaseModel]) -> None:
+    """Upstream's checks of a page request, with its messages (400 before any work)."""
+    if page.sort_by is not None and page.sort_by not in model.model_fields:
+        allowed = ", ".join(model.model_fields)
+        raise HTTPException(400, f"Invalid sort_by: {page.sort_by}, allowed fields are: {allowed}")
+    if page.limit == 0 or page.limit < -1:
+        raise HTTPException(400, "Limit must be greater than 0 or -1 for no limit")
+    if page.offset < 0:
+        raise HTTPException(400, "Offset must be greater than or equal to 0")
+
+
+def set_or_unset(body: Optional[BaseModel], name: str, *, nullable: bool = True) -> Any:
+    """A field the client sent (None included when ``nullable``), else ``UNSET``: only sent fields change."""
+    if body is None or name not in body.model_fields_set:
+        return UNSET
+    value = getattr(body, name)
+    if value is None and not nullable:
+        raise HTTPException(400, f"{name} is invalid; it cannot be a null value.")
+    return value
+
+
+def as_json(model: Optional[BaseModel]) -> Any:
+    return None if model is None else model.model_dump(mode="json")
