@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from agl_stream._porting import module_getattr
 from agl_stream.runner.hooks import Hook
 from agl_stream.runner.loader import load_agent
-from agl_stream.runner.progress import RunnerStats
+from agl_stream.runner.stats import RunnerStats
 from agl_stream.runner.runner import RUNNER_GROUP, LitAgentRunner
 from agl_stream.runner.system_snapshot import system_snapshot
 

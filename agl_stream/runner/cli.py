@@ -95,7 +95,7 @@ def _load(agent: Optional[str], components: Optional[Path]) -> tuple[Any, dict[s
 
 
 async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool], **options: object) -> None:
-    from agl_stream.runner.progress import progress_wanted, show_progress
+    from agl_stream.runner.stats import progress_wanted, show_progress
     from agl_stream.runner.runner import LitAgentRunner
 
     from agl_stream.service import StopDeadline, StopSignals, stop_with_parent

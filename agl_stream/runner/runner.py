@@ -52,7 +52,7 @@ from agl_stream.service import Backoff, retrying
 from agl_stream.kafka.claim import RUNNERS_GROUP, claim_record, is_preclaimed
 from agl_stream.litagent import LitAgent
 from agl_stream.runner.hooks import Hook, HookRunner
-from agl_stream.runner.progress import RunnerStats
+from agl_stream.runner.stats import RunnerStats
 from agl_stream.runner.results import record_result
 from agl_stream.runner.system_snapshot import system_snapshot
 from agl_stream.tracer.base import Tracer

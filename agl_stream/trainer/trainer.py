@@ -31,7 +31,7 @@ from agl_stream.config import Settings, env_name
 from agl_stream.execution.components import write_components
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.service import ServiceCrashed
-from agl_stream.execution.progress import FitProgress
+from agl_stream.execution.fit_display import FitProgress
 from agl_stream.litagent import FunctionalLitAgent, LitAgent
 from agl_stream.runner.hooks import Hook
 from agl_stream.tracer.base import Tracer

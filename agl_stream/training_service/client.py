@@ -263,7 +263,7 @@ class Client:
         return last
 
     def _follow(self, job: JobStatus, runners: Any, progress: bool, title: str) -> JobStatus:
-        from agl_stream.training_service.progress import JobProgress
+        from agl_stream.training_service.job_display import JobProgress
 
         with JobProgress(title, enabled=progress) as display:
             for status in self._statuses(job.job_id):

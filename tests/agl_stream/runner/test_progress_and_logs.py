@@ -8,7 +8,7 @@ import json
 import logging
 
 from agl_stream.runner.logs import JsonFormatter
-from agl_stream.runner.progress import RunnerStats, progress_wanted, show_progress
+from agl_stream.runner.stats import RunnerStats, progress_wanted, show_progress
 
 
 def test_stats_summary_and_rate() -> None:

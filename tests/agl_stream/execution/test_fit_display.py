@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from agl_stream.execution.progress import FitState, render
+from agl_stream.execution.fit_display import FitState, render
 from agl_stream.types import Rollout, RolloutSnapshot, TrainingStep
 
 
