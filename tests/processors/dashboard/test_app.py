@@ -72,8 +72,11 @@ def test_the_page_and_the_api_need_the_token(client: TestClient) -> None:
 
 
 def test_the_command_binds_loopback_by_default() -> None:
+    """Its flags default to None, so the settings decide: loopback, and a random token, unless AGL_DASHBOARD_* say."""
     defaults = {name: param.default.default for name, param in inspect.signature(cli.dashboard).parameters.items()}
-    assert defaults["host"] == "127.0.0.1" and defaults["token"] is None
+    assert defaults["host"] is None and defaults["token"] is None
+    settings = Settings.from_env(env={})
+    assert settings.dashboard_host == "127.0.0.1" and settings.dashboard_token is None
 
 
 def test_an_owned_engine_is_a_503_with_the_reason(settings: Settings) -> None:
