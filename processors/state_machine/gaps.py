@@ -1,11 +1,11 @@
 """Records faust's stream skipped: read them straight from the topic, so the agent applies every record in order.
 
-A rebalance suspends faust's flow while its consumer thread is still handing fetched records to the
-streams; a record handed over at that moment is dropped, but its offset is noted as read (faust's
-``_read_offset``), and the fetch after the rebalance can go on past it. The nemesis (seed 202 at
-20,000 rollouts) saw the state machine apply the ``started`` events of ten attempts and never their
-``finished`` events, a few offsets further in the same partition; the watchdog then found the attempts
-silent and ran ten succeeded rollouts again.
+The nemesis (seed 202 at 20,000 rollouts) saw the state machine apply the ``started`` events of ten
+attempts after a rebalance and never their ``finished`` events, a few offsets further in the same
+partition, while faust's read offset was past them; the watchdog then found the attempts silent and ran
+ten succeeded rollouts again. The likely path, in faust's code: its consumer thread hands each fetched
+record to the stream or gives up when a rebalance suspends the flow, and notes the offset as read
+(``_read_offset``) either way, so the fetches after the rebalance can go on past a dropped record.
 
 The agent knows the next offset it expects per input partition (from the committed offset after a
 rebalance, then each record + 1). A record beyond it means the records in between never reached the

@@ -113,6 +113,10 @@ class TripletProcessorOptions:
     commit_interval: float = 1.0
 
 
+#: undecided trajectories held for a late decision (each is its triplets' token ids: a few KB)
+MAX_UNDECIDED_HELD = 10_000
+
+
 class TripletProcessor:
     """A named app of ``agl-stream processors``: ``run(stop)`` until the event is set; ``health()`` counters."""
 
@@ -141,6 +145,8 @@ class TripletProcessor:
         self.decisions = Decisions(retention_seconds=options.late_window_seconds)
         # adapted attempts waiting for the state machine's decision: key -> (trajectory to be, since when)
         self._awaiting: dict[AttemptKey, tuple[Adapted, float]] = {}
+        # trajectories that left undecided (the decision wait ran out): a late decision still makes them final
+        self._undecided: dict[AttemptKey, tuple[Trajectory, float]] = {}
         self._rollouts_reader: Optional[AIOKafkaConsumer] = None
         self._emit_lock = asyncio.Lock()  # the main loop and the rollouts follower both emit
         self._last_prune = 0.0
@@ -250,6 +256,7 @@ class TripletProcessor:
             "dead_letters": dict(self._dlq.counts) if self._dlq else {},
             "pending_attempts": len(self.buffer.pending),
             "awaiting_decision": len(self._awaiting),
+            "undecided_held": len(self._undecided),
             "rollouts_known": len(self.decisions.views),
             "remembered_attempts": self.buffer.remembered,
             "buffered_spans": self.buffer.buffered_spans,
@@ -308,8 +315,41 @@ class TripletProcessor:
                                "emitted as undecided (never trained)", trajectory.attempt_id, trajectory.rollout_id,
                                self.options.decision_seconds)  # fmt: skip
                 decision = UNDECIDED
+                self._remember_undecided(key, trajectory, now)
             del self._awaiting[key]
             await self._emit(item, decision)
+        await self._emit_late_decisions(now)
+
+    def _remember_undecided(self, key: AttemptKey, trajectory: Trajectory, now: float) -> None:
+        """Keep an undecided trajectory (without its spans: the triplets are all it weighs) for ``late_window_seconds``,
+        at most :data:`MAX_UNDECIDED_HELD`, oldest dropped first."""
+        self._undecided[key] = (trajectory, now)
+        while len(self._undecided) > MAX_UNDECIDED_HELD:
+            del self._undecided[next(iter(self._undecided))]
+            self.counts["undecided_forgotten"] += 1
+
+    async def _emit_late_decisions(self, now: float) -> None:
+        """A decision that came after the wait ran out: an undecided trajectory the state machine then decided
+        ``final`` is published again as ``final`` (the learner trains it; the triplets table keeps the later row).
+
+        Seed 303 at 20,000 rollouts: ten rollouts' ``succeeded`` snapshots reached ``agl.rollouts`` eight minutes
+        late, their trajectories left undecided after 300 s, and the learner never trained them."""
+        for key, (trajectory, since) in list(self._undecided.items()):
+            decision = self.decisions.decide(trajectory.rollout_id, trajectory.attempt_id, trajectory.attempt_sequence_id)
+            if decision is None:
+                if now - since > self.options.late_window_seconds:
+                    del self._undecided[key]
+                    self.counts["undecided_forgotten"] += 1
+                continue
+            del self._undecided[key]
+            if decision.decision != "final":
+                continue  # superseded: never trained either way
+            assert self._producer is not None
+            late = trajectory.model_copy(update={"decision": decision.decision, "rollout_status": decision.rollout_status})
+            logger.warning("triplets: the state machine decided attempt %s of %s after %.0fs; published again as final",
+                           trajectory.attempt_id, trajectory.rollout_id, now - since)  # fmt: skip
+            future = await self._producer.send(self.triplets_topic, late, key=late.rollout_id)
+            self._settle(future, [], "trajectories_final_late")
 
     # ------------------------------------------------------------------ input
 

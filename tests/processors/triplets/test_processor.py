@@ -420,6 +420,30 @@ async def test_an_attempt_the_state_machine_never_decides_on_leaves_undecided(to
     assert health["trajectories_undecided"] == 1 and health["awaiting_decision"] == 0
 
 
+async def test_a_decision_that_comes_after_the_wait_makes_an_undecided_trajectory_final(topics: Settings) -> None:
+    """Seed 303 at 20,000 rollouts: ten rollouts' succeeded snapshots came eight minutes late; their trajectories
+    left undecided and were never trained. A late decision now publishes the trajectory again, as final."""
+    rid, aid = "ro-aaaaaaaaaa21", "at-a0000021"
+    spans = golden_spans(rid, aid)
+    _, finished = events(rid, aid, len(spans))
+    options = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2,
+                                      decision_seconds=0.5)  # fmt: skip
+    processor = TripletProcessor(topics, options=options)
+    async with running(processor), RecordProducer(topics) as producer:
+        for span in spans:
+            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        (first,) = await read(topics, "triplets", Trajectory, 1)
+        assert first.decision == "undecided" and processor.health()["undecided_held"] == 1
+        await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)  # the late snapshot
+        first_again, late = await read(topics, "triplets", Trajectory, 2)
+        health = processor.health()
+    assert first_again.decision == "undecided"
+    assert (late.attempt_id, late.decision, late.rollout_status, late.trainable) == (aid, "final", "succeeded", True)
+    assert late.triplets == first.triplets
+    assert health["trajectories_final_late"] == 1 and health["undecided_held"] == 0
+
+
 @pytest.fixture
 def transactional(topics: Settings) -> Settings:
     """``topics`` with Kafka transactions on (Apache Kafka only: Tansu refuses transactional producers)."""
