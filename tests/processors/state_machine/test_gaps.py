@@ -8,7 +8,7 @@ partition's next offset; a record beyond it makes it read the range in between f
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Optional
+from typing import AsyncIterator, Optional
 
 import pytest
 from aiokafka.structs import RecordMetadata
@@ -19,19 +19,9 @@ from agl_stream.serialization import decode, encode
 from agl_stream.types import Attempt, AttemptedRollout, AttemptEvent, RolloutSnapshot
 from agl_stream_processors.state_machine.app import RolloutStateMachine
 from agl_stream_processors.state_machine.gaps import GapReader
+from tests.processors.state_machine.test_span_liveness import RecordingTopic
 
 pytestmark = pytest.mark.integration
-
-
-class RecordingTopic:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    async def send(self, key: bytes, value: bytes) -> Any:
-        self.sent.append(value)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
 
 
 class FaustLikeMessage:

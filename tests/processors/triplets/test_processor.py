@@ -403,17 +403,24 @@ async def test_a_superseded_attempt_is_marked_whichever_order_its_finished_arriv
         assert decisions[aid2] == ("final", "succeeded", True), order
 
 
+#: a decision wait of half a second: an attempt nobody decides on leaves undecided at once
+UNDECIDED_FAST = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2,
+                                         decision_seconds=0.5)  # fmt: skip
+
+
+async def send_attempt(producer: RecordProducer, topics: Settings, rid: str, aid: str) -> None:
+    """An attempt's golden spans, then its ``finished`` event."""
+    spans = golden_spans(rid, aid)
+    for span in spans:
+        await producer.send_and_wait(topics.topic("spans"), span, key=rid)
+    await producer.send_and_wait(topics.topic("attempts"), events(rid, aid, len(spans))[1], key=rid)
+
+
 async def test_an_attempt_the_state_machine_never_decides_on_leaves_undecided(topics: Settings) -> None:
     rid, aid = "ro-aaaaaaaaaa20", "at-a0000020"
-    spans = golden_spans(rid, aid)
-    _, finished = events(rid, aid, len(spans))
-    options = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2,
-                                      decision_seconds=0.5)  # fmt: skip
-    processor = TripletProcessor(topics, options=options)
+    processor = TripletProcessor(topics, options=UNDECIDED_FAST)
     async with running(processor), RecordProducer(topics) as producer:
-        for span in spans:
-            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
-        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await send_attempt(producer, topics, rid, aid)
         (trajectory,) = await read(topics, "triplets", Trajectory, 1)
         health = processor.health()
     assert (trajectory.decision, trajectory.rollout_status, trajectory.trainable) == ("undecided", None, False)
@@ -424,15 +431,9 @@ async def test_a_decision_that_comes_after_the_wait_makes_an_undecided_trajector
     """Seed 303 at 20,000 rollouts: ten rollouts' succeeded snapshots came eight minutes late; their trajectories
     left undecided and were never trained. A late decision now publishes the trajectory again, as final."""
     rid, aid = "ro-aaaaaaaaaa21", "at-a0000021"
-    spans = golden_spans(rid, aid)
-    _, finished = events(rid, aid, len(spans))
-    options = TripletProcessorOptions(grace_seconds=1.0, orphan_seconds=60.0, poll_timeout=0.05, commit_interval=0.2,
-                                      decision_seconds=0.5)  # fmt: skip
-    processor = TripletProcessor(topics, options=options)
+    processor = TripletProcessor(topics, options=UNDECIDED_FAST)
     async with running(processor), RecordProducer(topics) as producer:
-        for span in spans:
-            await producer.send_and_wait(topics.topic("spans"), span, key=rid)
-        await producer.send_and_wait(topics.topic("attempts"), finished, key=rid)
+        await send_attempt(producer, topics, rid, aid)
         (first,) = await read(topics, "triplets", Trajectory, 1)
         assert first.decision == "undecided" and processor.health()["undecided_held"] == 1
         await producer.send_and_wait(topics.topic("rollouts"), verdict(rid, aid), key=rid)  # the late snapshot
