@@ -25,6 +25,7 @@ from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
 from agl_stream.kafka import connection_options, start_with_retry
+from agl_stream_processors.topic_range import read_range
 
 
 class GapReader:
@@ -57,19 +58,8 @@ class GapReader:
         """The records at offsets ``start <= offset < end``, in order; TimeoutError if they cannot be read in time."""
         if self._consumer is None:
             raise RuntimeError("gap reader not started")
-        tp = TopicPartition(topic, partition)
-        found: list[ConsumerRecord] = []
         async with self._lock:
-            consumer = self._consumer
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            deadline = time.monotonic() + timeout
-            while await consumer.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"could not read {topic}[{partition}] offsets {start}-{end - 1} within {timeout:.0f}s")
-                batches = await consumer.getmany(tp, timeout_ms=200, max_records=1000)
-                found.extend(r for r in batches.get(tp, []) if start <= r.offset < end)
-        return found
+            return await read_range(self._consumer, TopicPartition(topic, partition), start, end, timeout)
 
     async def last_record_time(self, topic: str, partition: int, timeout: float = 30.0) -> Optional[float]:
         """Produce time (epoch seconds) of the partition's last record; None when it holds none."""

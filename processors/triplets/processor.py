@@ -65,6 +65,7 @@ from agl_stream.kafka import (
 )
 from agl_stream.serialization import RecordError, decode
 from agl_stream.types import AttemptEvent, RolloutSnapshot, Span, Trajectory, Triplet
+from agl_stream_processors.topic_range import read_range
 from agl_stream_processors.read_progress import PROGRESS_INTERVAL_S, ReadProgress, note_fetches
 from agl_stream_processors.triplets.buffer import AttemptBuffer, AttemptKey, PendingAttempt, SpanOutcome
 from agl_stream_processors.triplets.decisions import Decision, Decisions
@@ -398,7 +399,7 @@ class TripletProcessor:
                 since = max(0, first_replayed.timestamp - int(self.options.restore_skew_seconds * 1000))
                 found = await reader.offsets_for_times({attempts_tp: since})
                 start = found[attempts_tp].offset if found.get(attempts_tp) is not None else committed_attempts
-                for record in await _read_range(reader, attempts_tp, start, committed_attempts):
+                for record in await read_range(reader, attempts_tp, start, committed_attempts):
                     if dict(record.headers or ()).get(CONTROL_HEADER) is not None:
                         continue
                     try:
@@ -622,7 +623,7 @@ class TripletProcessor:
                                   isolation_level="read_committed" if self.settings.kafka_transactions else "read_uncommitted")  # fmt: skip
         try:
             await start_with_retry(reader, "triplets abandoned-spans reader", 30.0)
-            records = await _read_range(reader, tp, first_span, stop)
+            records = await read_range(reader, tp, first_span, stop)
         except Exception:
             self.counts["abandoned_unrecovered"] += 1
             logger.exception("triplets: could not read the spans of abandoned attempt %s of %s again", aid, rid)
@@ -706,7 +707,7 @@ async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 120.
     """The record at ``offset`` of ``tp`` (or the next one), ``None`` at the end of the partition.
 
     The end is the fetch responses' high watermark (Tansu's ListOffsets end offsets can be too low). The
-    wait is as long as :func:`_read_range`'s: a partition whose leader is paused or cut off answers only
+    wait is as long as :func:`~agl_stream_processors.topic_range.read_range`'s: a partition whose leader is paused or cut off answers only
     once another replica leads it (a 30 s wait ended the whole service in a nemesis run).
     """
     reader.assign([tp])
@@ -719,17 +720,3 @@ async def _first_record(reader: Any, tp: Any, offset: int, timeout: float = 120.
         if await read_to_fetched_end(reader, tp):
             return None
     raise TimeoutError(f"could not read {tp.topic}[{tp.partition}] at offset {offset} within {timeout:.0f}s")
-
-
-async def _read_range(reader: Any, tp: Any, start: int, stop: int, timeout: float = 120.0) -> list[ConsumerRecord]:
-    """Records of ``tp`` with ``start <= offset < stop`` (``stop`` is a committed offset, so they exist)."""
-    reader.assign([tp])
-    reader.seek(tp, start)
-    out: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout
-    while await reader.position(tp) < stop:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"could not read {tp.topic}[{tp.partition}] {start}..{stop} within {timeout:.0f}s")
-        batch = await reader.getmany(tp, timeout_ms=300, max_records=5000)
-        out.extend(r for r in batch.get(tp, []) if r.offset < stop)
-    return out
