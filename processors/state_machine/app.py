@@ -68,6 +68,7 @@ from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_processors.state_machine.decoded import DecodedStates
 from agl_stream_processors.state_machine.gaps import GapReader, RecordEvent
 from agl_stream_processors.state_machine.liveness import SpanLivenessReader
+from agl_stream_processors.state_machine.recovery_gate import recovery_behind
 from agl_stream.client.store_client import CONTROL_HEADER
 from agl_stream_processors.state_machine.faust_config import app_options
 from agl_stream_processors.state_machine.revisions import revision_of, revision_table
@@ -88,6 +89,9 @@ CHANGELOG = TopicSpec(
 
 
 # agl-stream's encoder writes a span's ids first; anything else falls back to a full JSON parse
+#: how often a span held during a rebalance looks again (rebalances take seconds)
+REBALANCE_POLL_S = 0.05
+
 _SPAN_IDS = re.compile(rb'^\{"schema":"span","v":1,"data":\{"rollout_id":"([^"\\]+)","attempt_id":"([^"\\]+)"')
 
 
@@ -473,11 +477,33 @@ class RolloutStateMachine:
         if self._running.get(rid) == aid:
             self._last_seen[rid] = now
             return
+        if await self._while_rebalancing() and not self._owns(rid):
+            self.counts["spans_of_revoked_partitions"] += 1  # its new owner watches the attempt now
+            return
         async with self._lock:
             if self._running.get(rid) == aid:  # another span of this attempt started it while this waited
                 self._last_seen[rid] = now
                 return
             await self._apply(rules.on_activity(self._load(rid), aid, now, rollout_id=rid))
+
+    async def _while_rebalancing(self) -> bool:
+        """Hold a span's state change until faust's rebalance (its table recovery included) has ended.
+
+        Until then the table may be partly read (see :mod:`.recovery_gate`): a span of an attempt whose state
+        is not read yet would create a state without its task, which the recovered state then loses to. The
+        span reader stalls meanwhile (only it: its consumer is assigned by hand, nothing times out), and a
+        stop still ends it (its task is cancelled). True: it held (the partition may have moved since)."""
+        held = False
+        while self._app is not None and self._app.rebalancing:
+            if not held:
+                held = True
+                self.counts["spans_held_in_rebalance"] += 1
+            await asyncio.sleep(REBALANCE_POLL_S)
+        return held
+
+    def _owns(self, rollout_id: str) -> bool:
+        owned = self._owned_partitions()
+        return owned is None or self._partition_of(rollout_id.encode()) in owned
 
     async def _dead_letter(self, event: Any, reason: str, error_type: str, kind: str) -> None:
         message = event.message
@@ -504,7 +530,18 @@ class RolloutStateMachine:
             logger.warning("state machine: could not shorten faust's fetch wait (%r); events wait up to 1.5 s", exc)
 
     async def _on_recover(self) -> None:
-        """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots."""
+        """After every rebalance: rebuild the indexes from the table, re-publish recent snapshots.
+
+        Only once faust's recovery has really read every owned changelog partition (see
+        :mod:`.recovery_gate`): faust may call this for a recovery that a newer rebalance interrupted, and
+        calls it again when that one ends."""
+        behind = recovery_behind(self._app, CHANGELOG.name(self.settings))
+        if behind:
+            self.counts["premature_recoveries"] += 1
+            logger.warning("state machine: faust reported its recovery complete with changelog partitions %s not "
+                           "read yet (a rebalance interrupted it); waiting for the recovery that follows",
+                           [tp.partition for tp in behind])  # fmt: skip
+            return
         if self._tansu:
             self._shorten_fetch_wait()
         assert self._spans is not None

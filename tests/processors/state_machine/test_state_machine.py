@@ -430,6 +430,70 @@ async def test_a_replay_without_committed_offsets_does_not_bring_back_rollouts_t
         assert h.machine.counts["replay_horizon_skipped"] >= 1  # the old rollout's records: older than the table's memory
 
 
+async def test_a_recovery_faust_reports_complete_with_partitions_unread_does_not_go_live(topics: Settings) -> None:
+    """Seed 303: a rebalance in the middle of faust's recovery made faust call the recovery callbacks while the
+    newly assigned changelog partitions were unread. The state machine now checks faust's own recovery offsets
+    and waits for the recovery that follows (faust's bookkeeping set to what its rebalance leaves behind)."""
+    from faust.types import TP
+
+    from agl_stream_processors.state_machine.app import CHANGELOG
+
+    async with harness(topics) as h:
+        recovery = h.machine._app.tables.recovery  # noqa: SLF001
+        unread = TP(CHANGELOG.name(topics), 0)
+        saved = (set(recovery.active_tps), dict(recovery.active_highwaters))
+        recovery.active_tps.add(unread)
+        recovery.active_highwaters.pop(unread, None)  # assigned after the ending recovery measured them
+        try:
+            recovered_at = h.machine._recovered_at  # noqa: SLF001
+            await h.machine._on_recover()  # noqa: SLF001 - what faust calls
+            assert h.machine.counts["premature_recoveries"] == 1
+            assert h.machine._recovered_at == recovered_at  # noqa: SLF001 - it did not go live on a partial table
+        finally:
+            recovery.active_tps.clear()
+            recovery.active_tps.update(saved[0])
+            recovery.active_highwaters.update(saved[1])
+        await h.machine._on_recover()  # noqa: SLF001 - the recovery that follows, complete
+        assert h.machine.counts["premature_recoveries"] == 1 and h.machine._recovered_at > recovered_at  # noqa: SLF001
+
+
+async def test_a_span_read_during_a_rebalance_waits_for_the_table_and_is_dropped_if_its_partition_moved(
+    topics: Settings,
+) -> None:
+    """A span that changes a state (here: it comes before its task, so it creates the state) is held while faust
+    rebalances: the table may be partly recovered, and a state created from the span would win over the recovered
+    one, task lost (seed 303). After the rebalance it applies if the rollout's partition is still this instance's."""
+    async with harness(topics) as h:
+        app = h.machine._app  # noqa: SLF001
+        while app.rebalancing:  # the start's own rebalance ends just after the table is ready ("worker ready")
+            await asyncio.sleep(0.05)
+        kept = AttemptedRollout(rollout_id="ro-000000000h01", input={}, attempt=Attempt(
+            rollout_id="ro-000000000h01", attempt_id="at-0000h01", sequence_id=1))  # fmt: skip
+        app.rebalancing = True  # what faust sets from the revocation to "worker ready"
+        try:
+            await h.span(kept)
+            await h.wait_count("spans_held_in_rebalance", 1)
+            await asyncio.sleep(0.5)
+            assert h.machine._load(kept.rollout_id) is None  # noqa: SLF001 - held, not applied
+        finally:
+            app.rebalancing = False
+        await h.wait_count("span_before_task", 1)
+        state = h.machine._load(kept.rollout_id)  # noqa: SLF001
+        assert state is not None and state.rollout.status == "running"
+
+        moved = AttemptedRollout(rollout_id="ro-000000000h02", input={}, attempt=Attempt(
+            rollout_id="ro-000000000h02", attempt_id="at-0000h02", sequence_id=1))  # fmt: skip
+        app.rebalancing = True
+        try:
+            await h.span(moved)
+            await h.wait_count("spans_held_in_rebalance", 2)
+            h.machine._owned_partitions = lambda: set()  # type: ignore[method-assign] # the rebalance took them all
+        finally:
+            app.rebalancing = False
+        await h.wait_count("spans_of_revoked_partitions", 1)
+        assert h.machine._load(moved.rollout_id) is None  # noqa: SLF001 - its new owner watches it
+
+
 async def test_terminal_rollouts_held_are_capped_oldest_first(topics: Settings) -> None:
     """Memory stays flat whatever the rate: past ``max_terminal_held`` the oldest finished rollouts go early."""
     options = StateMachineOptions(scan_interval=0.1, retention_seconds=600, max_terminal_held=2)
