@@ -14,6 +14,7 @@ FOLDERS = {
     "processors": "agl_stream_processors",
     "trainer": "agl_stream_trainer",
     "ingest": "agl_stream_ingest",
+    "controller": "agl_stream_controller",
     "deploy": "agl_stream_deploy",
 }
 

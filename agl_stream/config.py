@@ -129,6 +129,8 @@ class Settings(BaseModel):
     ingest_proxy_config: Optional[str] = Field(default=None, description="LLM proxy: its config as JSON (set by its CLI)")
     ingest_worker_stop_s: Optional[float] = Field(default=None, gt=0, description="front doors' workers: stop bound (set by the CLI)")
     store_span_counts: bool = Field(default=True, description="store front door: count spans per attempt")
+    controller_proxy_url: str = Field(default="http://127.0.0.1:4000", description="controller: the LLM proxy its agents call")
+    controller_logs_dir: Optional[Path] = Field(default=None, description="controller: attempts' output; unset = <data dir>/controller")
 
     # The learner and the algorithms.
     model_cache: Optional[Path] = Field(default=None, description="where models are cached; unset = the user cache")

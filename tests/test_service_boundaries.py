@@ -1,7 +1,7 @@
 """Services talk through topics, never through imports: a static check of the import graph.
 
 The rule (docs/architecture.md): each top-level folder is one service - ``agl_stream/`` (the SDK
-agents import), ``topics/`` (the topic catalog), ``processors/``, ``trainer/``, ``ingest/``.
+agents import), ``topics/`` (the topic catalog), ``processors/``, ``trainer/``, ``ingest/``, ``controller/``.
 
 * any service may import ``agl_stream`` (the data model, settings, Kafka clients) and
   ``agl_stream_topics`` (the catalog every service creates and reads topics by);
@@ -40,6 +40,7 @@ SERVICES: dict[str, tuple[str, tuple[str, ...]]] = {
     "processors": ("processors", ("agl_stream_processors", "processors")),
     "trainer": ("trainer", ("agl_stream_trainer", "trainer")),
     "ingest": ("ingest", ("agl_stream_ingest", "ingest")),
+    "controller": ("controller", ("agl_stream_controller", "controller")),
 }
 SHARED = {"agl_stream", "topics"}  # what every other service may import
 

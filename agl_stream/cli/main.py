@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "topics": ("agl_stream_topics.cli:app", "Create, list and describe the agl topics.", "base"),
     "ingest": ("agl_stream_ingest.cli:app", "OTLP/HTTP trace receiver and LLM proxy feeding agl.spans.", "ingest"),
     "runner": ("agl_stream.runner.cli:runner", "Run an agent on agl.tasks (spans to agl.spans).", "base"),
+    "controller": ("agl_stream_controller.cli:controller", "Run any command once per attempt of agl.tasks (a rollout controller).", "base"),
     "clickhouse": ("agl_stream_processors.cli:clickhouse", "ClickHouse schema migrations and the Kafka -> ClickHouse sinks.", "processors"),
     "sql": ("agl_stream_processors.cli:sql", "Run SQL or a saved query on the agl ClickHouse tables.", "processors"),
     "replay": ("agl_stream_processors.cli:replay", "Re-derive triplets from stored spans with another adapter.", "processors"),

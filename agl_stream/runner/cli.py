@@ -67,7 +67,7 @@ def runner(
         raise typer.Exit(_run_processes(n_runners, worker_id, shutdown_grace))
     lit_agent, extra = _load(agent, components)
     asyncio.run(
-        _run_one(
+        run_agent(
             lit_agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
             heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress, **extra,
         )
@@ -94,7 +94,8 @@ def _load(agent: Optional[str], components: Optional[Path]) -> tuple[Any, dict[s
     return as_agent(loaded["agent"], str(components)), extra
 
 
-async def _run_one(agent: object, settings: Settings, *, progress: Optional[bool], **options: object) -> None:
+async def run_agent(agent: object, settings: Settings, *, progress: Optional[bool], **options: object) -> None:
+    """Run ``agent`` as one runner process until SIGINT/SIGTERM (the runner CLI and the controller CLI)."""
     from agl_stream.runner.stats import progress_wanted, show_progress
     from agl_stream.runner.runner import LitAgentRunner
 

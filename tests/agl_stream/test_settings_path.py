@@ -12,7 +12,7 @@ from agl_stream.config import Settings, SettingsError, env_name, settings_table
 from agl_stream.instrumentation import INSTRUMENTATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agl_stream", "processors", "trainer", "ingest", "topics")
+PACKAGES = ("agl_stream", "processors", "trainer", "ingest", "topics", "controller")
 #: files allowed to touch AGL_* variables in os.environ, and why
 ALLOWED = {
     "agl_stream/config.py": "the one loader",

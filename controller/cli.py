@@ -1,0 +1,77 @@
+"""``agl-stream controller -- COMMAND [ARGS]...``: run any executable once per attempt of ``agl.tasks``.
+
+It takes tasks like a runner (the consumer group ``agl-runners``; start replicas to scale), and each claimed
+attempt runs the command (see :mod:`agl_stream_controller.agent` for what the command gets). Exit status:
+0 after a clean stop, 124 when the stop ran past its bound (as the runner), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agl_stream.config import Settings, SettingsError
+
+
+def controller(
+    command: Optional[list[str]] = typer.Argument(None, help="the agent's command and arguments, after --"),
+    spec_file: Optional[Path] = typer.Option(None, "--spec", help="a CommandSpec as JSON (instead of the options below)"),
+    env_map: Optional[list[str]] = typer.Option(None, "--env-map", help="NAME=path in the task, e.g. QUESTION=input.question (repeat)"),
+    task_file_env: str = typer.Option("AGL_TASK_FILE", "--task-file-env", help="variable naming the task's JSON file ('' for none)"),
+    stdin: bool = typer.Option(False, "--stdin/--no-stdin", help="also write the task as JSON to the command's stdin"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds an attempt may run"),
+    kill_grace: float = typer.Option(5.0, "--kill-grace", min=0.0, help="seconds between SIGTERM and SIGKILL at the timeout"),
+    cpu_seconds: Optional[int] = typer.Option(None, "--cpu-seconds", min=1, help="CPU seconds an attempt may use"),
+    memory_mb: Optional[int] = typer.Option(None, "--memory-mb", min=1, help="address space an attempt may use, in MiB"),
+    open_files: Optional[int] = typer.Option(None, "--open-files", min=1, help="files an attempt may hold open"),
+    log_cap_bytes: int = typer.Option(1 << 20, "--log-cap-bytes", min=1024, help="output kept per attempt"),
+    proxy_url: Optional[str] = typer.Option(None, "--proxy-url", help="the LLM proxy (env: AGL_CONTROLLER_PROXY_URL; default: http://127.0.0.1:4000)"),
+    logs_dir: Optional[Path] = typer.Option(None, "--logs-dir", help="attempts' output (env: AGL_CONTROLLER_LOGS_DIR; default: <data dir>/controller)"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="attempts run at once"),
+    max_rollouts: Optional[int] = typer.Option(None, "--max-rollouts", min=1, help="stop after this many rollouts"),
+    worker_id: Optional[str] = typer.Option(None, "--worker-id", help="worker id (default Worker-<host>-<pid>)"),
+    heartbeat_interval: float = typer.Option(10.0, "--heartbeat-interval", min=0.1, help="seconds between heartbeats"),
+    shutdown_grace: float = typer.Option(30.0, "--shutdown-grace", min=0.0, help="seconds running attempts get on stop"),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap (env: AGL_KAFKA_BOOTSTRAP)"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="live progress (default: on a terminal)"),
+) -> None:
+    """Run a command (any executable) once per attempt; its model calls go through the LLM proxy."""
+    from agl_stream.runner.cli import run_agent
+    from agl_stream_controller.agent import CommandAgent
+    from agl_stream_controller.spec import CommandSpec
+
+    settings = Settings.from_env(kafka_bootstrap=bootstrap, controller_proxy_url=proxy_url, controller_logs_dir=logs_dir)
+    if not settings.kafka_bootstrap:
+        raise SettingsError("the controller needs a broker: set AGL_KAFKA_BOOTSTRAP or pass --bootstrap")
+    if spec_file is not None:
+        if command:
+            raise typer.BadParameter("give the command either after -- or in --spec, not both")
+        spec = CommandSpec.model_validate(json.loads(spec_file.read_text()))
+    elif not command:
+        raise typer.BadParameter("no command: agl-stream controller [OPTIONS] -- COMMAND [ARGS]...")
+    else:
+        spec = CommandSpec.model_validate({
+            "argv": command,
+            "input": {"env_map": _pairs(env_map or []), "json_file_env": task_file_env or None, "stdin": stdin},
+            "limits": {"timeout_seconds": timeout, "kill_grace_seconds": kill_grace, "cpu_seconds": cpu_seconds,
+                       "memory_bytes": memory_mb << 20 if memory_mb else None, "open_files": open_files},
+            "log_cap_bytes": log_cap_bytes,
+        })  # fmt: skip
+    agent = CommandAgent(spec, proxy_url=settings.controller_proxy_url, key=settings.ingest_token,
+                         logs_dir=settings.controller_logs_dir or settings.data_dir / "controller")  # fmt: skip
+    asyncio.run(run_agent(agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
+                          heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress))  # fmt: skip
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"--env-map takes NAME=path.in.task, not {item!r}")
+        pairs[name] = path
+    return pairs
