@@ -1,8 +1,8 @@
 """Run one attempt's command: its own process group, its limits, its output capped, nothing left behind.
 
-The command is exec'd from ``argv`` (no shell), in a new session (so its process group is its own), with
-the parent-death signal armed (a controller that dies takes its agents with it, see
-:mod:`agl_stream.service`). While it runs its descendants are noted every ``TREE_POLL_S``: a grandchild
+The command is exec'd from ``argv`` (no shell) in a new session (so its process group is its own), under
+the shepherd (:mod:`.shepherd`): a controller that dies, even by SIGKILL, takes the command's whole tree
+with it, and the rlimits apply to the command alone. While it runs its descendants are noted every ``TREE_POLL_S``: a grandchild
 that left the group (``setsid``, a daemon) is still found and killed at the end. The end is the leader's
 exit, the timeout, or the caller's cancellation (the controller stopping); in each case the whole group
 and every noted descendant are killed.
@@ -11,9 +11,10 @@ and every noted descendant are killed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import resource
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ from typing import Callable, Mapping, Optional
 
 import psutil
 
-from agl_stream.service import die_with_parent, kill_all
+from agl_stream.service import kill_all
 from agl_stream_controller.spec import Limits
 
+#: the shepherd, run as a file (see its module doc)
+SHEPHERD = Path(__file__).with_name("shepherd.py")
 #: how often the process tree is noted while the command runs
 TREE_POLL_S = 0.2
 #: CPU seconds between SIGXCPU (the soft limit) and SIGKILL (the hard one)
@@ -38,7 +41,7 @@ class ProcessResult:
     returncode: int  #: its exit status; -N: killed by signal N
     timed_out: bool  #: the wall-clock limit ended it
     duration_seconds: float
-    cpu_seconds: Optional[float]  #: user + system CPU of the leader as last measured (None: never measured)
+    cpu_seconds: Optional[float]  #: user + system CPU of the command as last measured (None: never measured)
     log_path: Path
     log_bytes: int  #: everything it wrote
     log_dropped_bytes: int  #: what the cap left out (the middle)
@@ -85,21 +88,11 @@ class CappedLog:
         self._file.close()
 
 
-def _limits_preexec(limits: Limits, parent_pid: int) -> Callable[[], None]:
-    """Runs in the child between fork and exec: rlimits, then the parent-death signal."""
-    arm = die_with_parent(parent_pid, signal.SIGKILL)
-
-    def preexec() -> None:
-        if limits.cpu_seconds is not None:
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + CPU_HARD_MARGIN_S))
-        if limits.memory_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        if limits.open_files is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        if arm is not None:
-            arm()
-
-    return preexec
+def shepherd_argv(argv: list[str], limits: Limits) -> list[str]:
+    """The command under the shepherd (see :mod:`.shepherd`), which applies ``limits`` to it."""
+    setup = {"parent_pid": os.getpid(), "cpu_seconds": limits.cpu_seconds, "cpu_hard_margin": CPU_HARD_MARGIN_S,
+             "memory_bytes": limits.memory_bytes, "open_files": limits.open_files}  # fmt: skip
+    return [sys.executable, "-I", str(SHEPHERD), json.dumps(setup), "--", *argv]
 
 
 async def run_command(
@@ -126,9 +119,8 @@ async def run_command(
                 stdin.write(stdin_data)
                 stdin.seek(0)
             proc = await asyncio.create_subprocess_exec(
-                *argv, env=dict(env), cwd=cwd, start_new_session=True,
-                stdin=stdin if stdin_data is not None else asyncio.subprocess.DEVNULL, stdout=write_fd,
-                stderr=write_fd, preexec_fn=_limits_preexec(limits, os.getpid()),
+                *shepherd_argv(argv, limits), env=dict(env), cwd=cwd, start_new_session=True,
+                stdin=stdin if stdin_data is not None else asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
             )  # fmt: skip
     except BaseException:
         os.close(read_fd)
@@ -162,7 +154,7 @@ async def run_command(
     assert proc.returncode is not None
     return ProcessResult(
         returncode=proc.returncode, timed_out=timed_out, duration_seconds=time.monotonic() - started,
-        cpu_seconds=tree.leader_cpu, log_path=log_path, log_bytes=log.total, log_dropped_bytes=log.dropped,
+        cpu_seconds=tree.command_cpu_seconds, log_path=log_path, log_bytes=log.total, log_dropped_bytes=log.dropped,
         leftovers_killed=len(leftovers),
     )  # fmt: skip
 
@@ -196,7 +188,7 @@ class _Tree:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.seen: dict[int, psutil.Process] = {}
-        self.leader_cpu: Optional[float] = None
+        self.command_cpu_seconds: Optional[float] = None
 
     async def watch(self) -> None:
         while True:
@@ -205,11 +197,14 @@ class _Tree:
 
     def note(self) -> None:
         try:
-            leader = psutil.Process(self.pid)
-            times = leader.cpu_times()
-            self.leader_cpu = times.user + times.system
-            for child in leader.children(recursive=True):
+            shepherd = psutil.Process(self.pid)
+            command_cpu = 0.0
+            for child in shepherd.children():  # the command (and orphans the shepherd adopted)
+                times = child.cpu_times()
+                command_cpu += times.user + times.system
+            for child in shepherd.children(recursive=True):
                 self.seen.setdefault(child.pid, child)
+            self.command_cpu_seconds = command_cpu
         except psutil.Error:
             pass
 

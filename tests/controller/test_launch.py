@@ -131,3 +131,38 @@ async def test_output_past_the_cap_keeps_its_head_and_tail(tmp_path: Path) -> No
     assert result.log_bytes == 16000 and result.log_dropped_bytes == 16000 - 4096
     assert text.startswith("A" * 2048) and text.endswith("C" * 2048)
     assert f"[agl-stream controller: {16000 - 4096} bytes of output left out here]" in text
+
+
+def test_a_controller_killed_mid_attempt_takes_the_whole_tree_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves no clean-up code to run: the shepherd hears of it from the kernel and kills what the
+    command started, in its group or not."""
+    import signal
+    import subprocess
+
+    pids = tmp_path / "pids"
+    agent = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        stay = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        escape = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{stay.pid}} {{escape.pid}}")
+        time.sleep(600)
+    """)
+    controller = textwrap.dedent(f"""
+        import asyncio, os, sys
+        from pathlib import Path
+        from agl_stream_controller import run_command
+        asyncio.run(run_command([sys.executable, "-c", {agent!r}], env=dict(os.environ), log_path=Path({str(tmp_path / "o.log")!r})))
+    """)
+    proc = subprocess.Popen([PY, "-c", controller], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 30
+        while not pids.exists() or len(pids.read_text().split()) < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "the agent did not start"
+            time.sleep(0.05)
+        shepherd = psutil.Process(int(pids.read_text().split()[0])).ppid()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert all(gone(int(pid)) for pid in pids.read_text().split()) and gone(shepherd)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
