@@ -2,10 +2,12 @@
 attempt as it does for any agent; this runs the command for it.
 
 What the command gets (never through a shell):
-- the model, scoped to the attempt: ``OPENAI_BASE_URL`` and upstream v1.0's ``AGL_OPENAI_BASE_URL`` are the
-  proxy's ``/rollout/{rollout_id}/attempt/{attempt_id}/v1`` routes, so every call it makes is recorded as
-  the attempt's span; ``OPENAI_API_KEY`` / ``AGL_KEY`` is the front doors' token (a placeholder when none
-  is set: SDKs insist on a key);
+- the model, scoped to the attempt: ``OPENAI_BASE_URL`` is the proxy's
+  ``/rollout/{rollout_id}/attempt/{attempt_id}/v1``, and upstream v1.0's ``AGL_OPENAI_BASE_URL`` its
+  ``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1``, so every call it makes is
+  recorded as the attempt's span; ``AGL_EVENT_URL`` takes v1.0's events (``{"event_type": "reward", "data":
+  {"value": r}}``); ``OPENAI_API_KEY`` / ``AGL_KEY`` is the front doors' token (a placeholder when none is
+  set: SDKs insist on a key);
 - the task: its ``env_map`` variables, the task file (``AGL_TASK_FILE``), its stdin if asked;
 - ``AGL_ROLLOUT_ID``, ``AGL_ATTEMPT_ID``, ``AGL_ROLLOUT_MODE``, and ``AGL_REWARD_FILE``: a file the command may
   write its reward to (a number, or upstream v1.0's ``{"value": r}``).
@@ -79,6 +81,8 @@ class CommandAgent(LitAgent[Any]):
                     document: dict[str, Any]) -> dict[str, str]:  # fmt: skip
         """The command's variables for one attempt (later entries win: the attempt's own last)."""
         base = f"{self.proxy_url}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+        v1_mode = "train" if mode == "train" else "val"  # upstream v1.0's two route modes
+        v1_base = f"{self.proxy_url}/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{v1_mode}/openai/v1"
         env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "")}
         env.update(self.spec.env)
         env.update(mapped_env(self.spec.input.env_map, document))
@@ -87,7 +91,8 @@ class CommandAgent(LitAgent[Any]):
             task_file.write_text(json.dumps(document))
             env[self.spec.input.json_file_env] = str(task_file)
         env.update({
-            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": self.key, "AGL_OPENAI_BASE_URL": base, "AGL_KEY": self.key,
+            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": self.key, "AGL_OPENAI_BASE_URL": v1_base, "AGL_KEY": self.key,
+            "AGL_EVENT_URL": f"{self.proxy_url}/api/rollouts/{rollout_id}/attempt/{attempt_id}/events",
             "AGL_ROLLOUT_ID": rollout_id, "AGL_ATTEMPT_ID": attempt_id, "AGL_ROLLOUT_MODE": mode or "",
             "AGL_REWARD_FILE": str(folder / "reward"),
         })  # fmt: skip

@@ -5,6 +5,9 @@ Routes keep upstream's shape: ``/v1/chat/completions`` and ``/v1/completions``, 
 read the ``x-rollout-id`` / ``x-attempt-id`` headers). ``x-sequence-id`` is honoured when sent;
 otherwise the proxy numbers calls as they arrive from its own per-rollout counter, as upstream's
 LLMProxy takes the next id of its store's rollout counter (see ``agl_stream_ingest.sequence``).
+Upstream v1.0's shapes are served too, so its agents run unchanged: the model under
+``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1/...``, and the agent's events
+(a reward, say) at ``/api/rollouts/{rollout_id}/attempt/{attempt_id}/events`` (see ``.events``).
 
 The span is produced and acknowledged by the broker *before* the answer is complete (before the
 JSON body, or before ``data: [DONE]`` of a stream): once an agent has its completion, the record
@@ -22,7 +25,7 @@ import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Literal, Optional
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -47,6 +50,7 @@ from agl_stream_ingest.proxy.backend import (
 )
 from agl_stream_ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
 from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig
+from agl_stream_ingest.proxy.events import EventRefused, build_event_span, parse_event
 from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
 from agl_stream_ingest.publisher import PublishError, SpanPublisher
 from agl_stream_ingest.security import check_token
@@ -55,6 +59,8 @@ from agl_stream_ingest.sequence import SequenceAllocator
 logger = logging.getLogger(__name__)
 
 SERVER = "proxy"
+#: the mode segment of upstream v1.0's route (``.../mode/{train|val}/openai/v1``); the rollout's own mode rules
+RolloutModeSegment = Literal["train", "val"]
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
@@ -194,6 +200,21 @@ class ProxyService:
             logger.warning("span %s of rollout %s was truncated to fit the broker limit", span.span_id, span.rollout_id)
             SPANS_TRUNCATED.labels(SERVER).inc()
         await self.publisher.publish([(span.rollout_id, payload)])
+
+    async def record_event(self, request: Request, rollout_id: str, attempt_id: str) -> JSONResponse:
+        """An agent's event (see :mod:`.events`) as a span of its attempt, answered once the broker has it."""
+        check_token(request, self.options.token)
+        raw = await read_body_within(request, self.options.max_body_bytes, self.options.request_timeout)
+        try:
+            event = parse_event(raw)
+        except EventRefused as exc:
+            raise HTTPException(400, str(exc)) from None
+        sequence_id = self.sequences.next(rollout_id, attempt_id)
+        try:
+            await self.record(build_event_span(rollout_id, attempt_id, sequence_id, event))
+        except PublishError as exc:
+            raise HTTPException(503, f"the event could not be recorded: {exc}") from None
+        return JSONResponse({"event_type": event.event_type, "sequence_id": sequence_id})
 
     def _spawn_record(self, span: Optional[Span]) -> "asyncio.Task[None]":
         """Produce in a task of its own, tracked until done (shutdown waits for it)."""
@@ -351,6 +372,26 @@ def create_app(
         app.add_api_route(f"{prefix}/v1/chat/completions", chat, methods=["POST"])
         app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
         app.add_api_route(f"{prefix}/v1/models", models, methods=["GET"])
+
+    # upstream v1.0's shapes (AGL_OPENAI_BASE_URL, AGL_EVENT_URL), so its agents run here unchanged
+    async def chat_v1(request: Request, rollout_id: str, attempt_id: str, mode: RolloutModeSegment) -> Response:
+        return await service.handle(request, "chat", rollout_id, attempt_id)
+
+    async def completions_v1(request: Request, rollout_id: str, attempt_id: str, mode: RolloutModeSegment) -> Response:
+        return await service.handle(request, "completion", rollout_id, attempt_id)
+
+    async def models_v1(request: Request, mode: RolloutModeSegment) -> JSONResponse:
+        return await models(request)
+
+    v1 = "/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{mode}/openai/v1"
+    app.add_api_route(f"{v1}/chat/completions", chat_v1, methods=["POST"])
+    app.add_api_route(f"{v1}/completions", completions_v1, methods=["POST"])
+    app.add_api_route(f"{v1}/models", models_v1, methods=["GET"])
+
+    async def event(request: Request, rollout_id: str, attempt_id: str) -> JSONResponse:
+        return await service.record_event(request, rollout_id, attempt_id)
+
+    app.add_api_route("/api/rollouts/{rollout_id}/attempt/{attempt_id}/events", event, methods=["POST"])
     return app
 
 

@@ -123,29 +123,51 @@ def build_llm_span(call: LlmCall) -> Span:
     if call.completion is not None:
         attributes.update(_completion_attributes(call.completion))
     attributes["agl.llm.latency_ms"] = round((call.end_time - call.start_time) * 1000, 3)
-    trace_id = call.trace_id or generate_trace_id()
+    return proxy_span(
+        call.rollout_id, call.attempt_id, call.sequence_id, semconv.LLM_CALL_SPAN_NAME, attributes,
+        start_time=call.start_time, end_time=call.end_time, error=call.error, trace_id=call.trace_id,
+        parent_id=call.parent_id, kind="CLIENT",
+    )  # fmt: skip
+
+
+def proxy_span(
+    rollout_id: str,
+    attempt_id: str,
+    sequence_id: int,
+    name: str,
+    attributes: dict[str, Any],
+    *,
+    start_time: float,
+    end_time: float,
+    error: Optional[str] = None,
+    trace_id: Optional[str] = None,
+    parent_id: Optional[str] = None,
+    kind: str = "INTERNAL",
+) -> Span:
+    """A span the proxy records for an attempt (a call, an agent's event), with the resource every reader keys on."""
+    trace_id = trace_id or generate_trace_id()
     span_id = generate_span_id()
-    status = TraceStatus(status_code="ERROR", description=call.error) if call.error else TraceStatus(status_code="OK")
+    status = TraceStatus(status_code="ERROR", description=error) if error else TraceStatus(status_code="OK")
     return Span(
-        rollout_id=call.rollout_id,
-        attempt_id=call.attempt_id,
-        sequence_id=call.sequence_id,
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        sequence_id=sequence_id,
         trace_id=trace_id,
         span_id=span_id,
-        parent_id=call.parent_id,
-        name=semconv.LLM_CALL_SPAN_NAME,
+        parent_id=parent_id,
+        name=name,
         status=status,
         attributes=attributes,
-        start_time=call.start_time,
-        end_time=call.end_time,
+        start_time=start_time,
+        end_time=end_time,
         context=SpanContext(trace_id=trace_id, span_id=span_id),
-        parent=SpanContext(trace_id=trace_id, span_id=call.parent_id, is_remote=True) if call.parent_id else None,
+        parent=SpanContext(trace_id=trace_id, span_id=parent_id, is_remote=True) if parent_id else None,
         resource=OtelResource(attributes={
             "service.name": "agl-stream-llm-proxy",
-            LightningResourceAttributes.ROLLOUT_ID.value: call.rollout_id,
-            LightningResourceAttributes.ATTEMPT_ID.value: call.attempt_id,
-            LightningResourceAttributes.SPAN_SEQUENCE_ID.value: call.sequence_id,
+            LightningResourceAttributes.ROLLOUT_ID.value: rollout_id,
+            LightningResourceAttributes.ATTEMPT_ID.value: attempt_id,
+            LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id,
             LightningResourceAttributes.TRACER_NAME.value: TRACER_NAME,
         }),
-        kind="CLIENT",
+        kind=kind,
     )

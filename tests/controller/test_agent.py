@@ -22,7 +22,8 @@ AGENT = textwrap.dedent("""
     import json, os, sys
     task = json.load(open(os.environ["AGL_TASK_FILE"]))
     print(json.dumps({k: os.environ.get(k) for k in
-                      ("OPENAI_BASE_URL", "AGL_OPENAI_BASE_URL", "OPENAI_API_KEY", "QUESTION", "AGL_ROLLOUT_MODE")}))
+                      ("OPENAI_BASE_URL", "AGL_OPENAI_BASE_URL", "AGL_EVENT_URL", "OPENAI_API_KEY", "QUESTION",
+                       "AGL_ROLLOUT_MODE")}))
     if task["input"].get("fail"):
         print("giving up", file=sys.stderr)
         sys.exit(3)
@@ -49,8 +50,11 @@ async def test_each_attempt_runs_the_command_with_its_scoped_endpoint_input_and_
     output = (tmp_path / "logs" / ids[0] / good.attempt_id / "output.log").read_text()
     seen = json.loads(output.splitlines()[0])
     scoped = f"http://proxy.test:4000/rollout/{ids[0]}/attempt/{good.attempt_id}/v1"
-    assert seen == {"OPENAI_BASE_URL": scoped, "AGL_OPENAI_BASE_URL": scoped, "OPENAI_API_KEY": "agl-stream",
-                    "QUESTION": "2+2?", "AGL_ROLLOUT_MODE": "train"}  # fmt: skip
+    assert seen == {
+        "OPENAI_BASE_URL": scoped, "OPENAI_API_KEY": "agl-stream", "QUESTION": "2+2?", "AGL_ROLLOUT_MODE": "train",
+        "AGL_OPENAI_BASE_URL": f"http://proxy.test:4000/proxy/rollout/{ids[0]}/attempt/{good.attempt_id}/mode/train/openai/v1",
+        "AGL_EVENT_URL": f"http://proxy.test:4000/api/rollouts/{ids[0]}/attempt/{good.attempt_id}/events",
+    }  # fmt: skip
     assert "giving up" in (tmp_path / "logs" / ids[1] / bad.attempt_id / "output.log").read_text()
 
     spans = await collect(topics, "spans", Span, lambda s: len({x.rollout_id for x in s if x.name == "agentlightning.annotation"}) >= 2)

@@ -195,3 +195,39 @@ async def test_a_stream_the_client_abandons_is_still_recorded(topics: Settings, 
     assert span.status.status_code == "ERROR" and span.status.description == "client disconnected"
     # What was generated until the proxy noticed (the server sees a hang-up only when a write fails).
     assert REPLY.startswith(detokenize(span.attributes["response_token_ids"]))
+
+
+async def test_upstream_v1_routes_a_call_and_a_reward_event_become_the_attempts_spans(topics: Settings, proxy: ServedApp) -> None:
+    """What v1.0's controller hands an agent (AGL_OPENAI_BASE_URL with its mode segment, AGL_EVENT_URL, AGL_KEY),
+    used as a v1.0 agent uses it."""
+    from agl_stream.emitter import find_final_reward
+
+    rollout, attempt = "ro-v1shape0001", "at-v1shape01"
+    base = f"{proxy.url}/proxy/rollout/{rollout}/attempt/{attempt}/mode/train/openai/v1"
+    events = f"{proxy.url}/api/rollouts/{rollout}/attempt/{attempt}/events"
+    client = openai.AsyncOpenAI(base_url=base, api_key=CLIENT_TOKEN, max_retries=0)
+    reply = await client.chat.completions.create(model="fake-model", messages=MESSAGES)
+    assert reply.choices[0].message.content == REPLY
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    async with httpx.AsyncClient() as http:
+        posted = await http.post(events, json={"event_type": "reward", "data": {"value": 1.0, "reason": "exact"}}, headers=auth)
+        assert posted.status_code == 200 and posted.json() == {"event_type": "reward", "sequence_id": 2}
+        other = await http.post(events, json={"event_type": "agent_output", "data": {"patch": "diff"}}, headers=auth)
+        assert other.status_code == 200
+        refusals = [
+            (await http.post(events, json={"event_type": "reward", "data": {"value": "high"}}, headers=auth), 400,
+             "needs a number in data.value"),
+            (await http.post(events, json={"data": {}}, headers=auth), 400, "event_type"),
+            (await http.post(events, content=b"{nope", headers=auth), 400, "event is"),
+            (await http.post(events, json={"event_type": "reward", "data": {"value": 1}}), 401, ""),
+            (await http.post(base.replace("/mode/train/", "/mode/eval/") + "/chat/completions",
+                             json={"model": "fake-model", "messages": MESSAGES}, headers=auth), 422, ""),
+        ]  # fmt: skip
+    for response, status, reason in refusals:
+        assert response.status_code == status, response.text
+        assert reason in response.text
+    got = sorted((s for _, s in await read_spans(topics, expected=3)), key=lambda s: s.sequence_id)
+    assert [(s.rollout_id, s.attempt_id, s.sequence_id) for s in got] == [(rollout, attempt, i) for i in (1, 2, 3)]
+    assert got[0].name == "openai.chat.completion" and detokenize(got[0].attributes["response_token_ids"]) == REPLY
+    assert find_final_reward(got) == 1.0 and got[1].attributes["agl.event.data.reason"] == "exact"
+    assert got[2].attributes["agl.event.type"] == "agent_output" and json.loads(got[2].attributes["agl.event.data"]) == {"patch": "diff"}
