@@ -122,6 +122,7 @@ class Settings(BaseModel):
     sql_door_port: int = Field(default=0, ge=0, le=65535, description="SQL door: port (0: a free one)")
     sql_door_token: Optional[str] = Field(default=None, repr=False, description="SQL door: its token; unset = random")
     ingest_token: Optional[str] = Field(default=None, repr=False, description="front doors: bearer token clients send")
+    attempt_key_secret: Optional[str] = Field(default=None, repr=False, description="controller and proxy: signs per-attempt keys; unset = none")
     ingest_backend_api_key: Optional[str] = Field(default=None, repr=False, description="LLM proxy: the backends' key")
     ingest_max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, description="front doors: 413 above this")
     ingest_request_timeout: float = Field(default=60.0, gt=0, description="front doors: a body / a backend call")

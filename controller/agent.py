@@ -6,8 +6,9 @@ What the command gets (never through a shell):
   ``/rollout/{rollout_id}/attempt/{attempt_id}/v1``, and upstream v1.0's ``AGL_OPENAI_BASE_URL`` its
   ``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1``, so every call it makes is
   recorded as the attempt's span; ``AGL_EVENT_URL`` takes v1.0's events (``{"event_type": "reward", "data":
-  {"value": r}}``); ``OPENAI_API_KEY`` / ``AGL_KEY`` is the front doors' token (a placeholder when none is
-  set: SDKs insist on a key);
+  {"value": r}}``); ``OPENAI_API_KEY`` / ``AGL_KEY`` is the attempt's own key when ``AGL_ATTEMPT_KEY_SECRET`` is
+  set (it writes only this attempt, and stops working when the attempt finishes), else the front doors'
+  token (a placeholder when none is set: SDKs insist on a key);
 - the task: its ``env_map`` variables, the task file (``AGL_TASK_FILE``), its stdin if asked;
 - ``AGL_ROLLOUT_ID``, ``AGL_ATTEMPT_ID``, ``AGL_ROLLOUT_MODE``, and ``AGL_REWARD_FILE``: a file the command may
   write its reward to (a number, or upstream v1.0's ``{"value": r}``).
@@ -26,6 +27,7 @@ from typing import Any, Optional
 
 from agl_stream.emitter import emit_annotation
 from agl_stream.litagent import LitAgent
+from agl_stream.service import mint_attempt_key
 from agl_stream.types import NamedResources, Rollout
 from agl_stream_controller.launch import ProcessResult, run_command
 from agl_stream_controller.outcome import failure_reason
@@ -51,12 +53,13 @@ class CommandAgent(LitAgent[Any]):
     needs_resources = False
 
     def __init__(self, spec: CommandSpec, *, proxy_url: str, logs_dir: Path, key: Optional[str] = None,
-                 inherit_env: bool = True) -> None:  # fmt: skip
+                 key_secret: Optional[str] = None, inherit_env: bool = True) -> None:  # fmt: skip
         super().__init__()
         self.spec = spec
         self.proxy_url = proxy_url.rstrip("/")
         self.logs_dir = logs_dir
         self.key = key or KEY_PLACEHOLDER
+        self.key_secret = key_secret
         self.inherit_env = inherit_env
 
     def is_async(self) -> bool:
@@ -90,8 +93,9 @@ class CommandAgent(LitAgent[Any]):
             task_file = folder / "task.json"
             task_file.write_text(json.dumps(document))
             env[self.spec.input.json_file_env] = str(task_file)
+        key = mint_attempt_key(self.key_secret, rollout_id, attempt_id) if self.key_secret else self.key
         env.update({
-            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": self.key, "AGL_OPENAI_BASE_URL": v1_base, "AGL_KEY": self.key,
+            "OPENAI_BASE_URL": base, "OPENAI_API_KEY": key, "AGL_OPENAI_BASE_URL": v1_base, "AGL_KEY": key,
             "AGL_EVENT_URL": f"{self.proxy_url}/api/rollouts/{rollout_id}/attempt/{attempt_id}/events",
             "AGL_ROLLOUT_ID": rollout_id, "AGL_ATTEMPT_ID": attempt_id, "AGL_ROLLOUT_MODE": mode or "",
             "AGL_REWARD_FILE": str(folder / "reward"),

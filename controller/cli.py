@@ -62,6 +62,7 @@ def controller(
             "log_cap_bytes": log_cap_bytes,
         })  # fmt: skip
     agent = CommandAgent(spec, proxy_url=settings.controller_proxy_url, key=settings.ingest_token,
+                         key_secret=settings.attempt_key_secret,
                          logs_dir=settings.controller_logs_dir or settings.data_dir / "controller")  # fmt: skip
     asyncio.run(run_agent(agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
                           heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress))  # fmt: skip

@@ -26,8 +26,10 @@ class IngestOptions(BaseModel):
     produce_timeout: float = Field(default=_DEFAULTS["ingest_produce_timeout"].default, gt=0,
                                    description="503 when the broker does not ack within this")  # fmt: skip
     token: Optional[str] = Field(default=None, repr=False, description="bearer token clients must send; None = no auth")
+    attempt_key_secret: Optional[str] = Field(default=None, repr=False, description="LLM proxy: checks per-attempt keys")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "IngestOptions":
         return cls(max_body_bytes=settings.ingest_max_body_bytes, request_timeout=settings.ingest_request_timeout,
-                   produce_timeout=settings.ingest_produce_timeout, token=settings.ingest_token)  # fmt: skip
+                   produce_timeout=settings.ingest_produce_timeout, token=settings.ingest_token,
+                   attempt_key_secret=settings.attempt_key_secret)  # fmt: skip

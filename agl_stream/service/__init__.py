@@ -10,10 +10,12 @@
 - :func:`add_health_routes` / :func:`health_app`: one health answer behind every probe path.
 - :func:`presented_token` / :func:`token_verdict`: the one token check (each service words its refusal).
 - :func:`retrying` / :func:`retrying_blocking`: the one retry loop with backoff (tenacity underneath).
+- :func:`mint_attempt_key` / :func:`verify_attempt_key`: per-attempt keys (the controller mints, the proxy checks).
 
 Bounds, per service: ``docs/operations.md``, "Stopping".
 """
 
+from agl_stream.service._attempt_keys import AttemptKey, is_attempt_key, mint_attempt_key, verify_attempt_key
 from agl_stream.service._exit import ExitCode
 from agl_stream.service._health import HealthCheck, add_health_routes, always_healthy, health_app
 from agl_stream.service._http import HttpHost, bound_socket, serve_workers
@@ -40,6 +42,7 @@ from agl_stream.service._supervisor import (
 )
 
 __all__ = [
+    "AttemptKey",
     "DEFAULT_SHUTDOWN_TIMEOUT_S",
     "KILL_MARGIN_S",
     "Backoff",
@@ -63,7 +66,9 @@ __all__ = [
     "descendants",
     "die_with_parent",
     "health_app",
+    "is_attempt_key",
     "kill_all",
+    "mint_attempt_key",
     "presented_token",
     "retrying",
     "retrying_blocking",
@@ -72,4 +77,5 @@ __all__ = [
     "stop_bound",
     "stop_with_parent",
     "token_verdict",
+    "verify_attempt_key",
 ]

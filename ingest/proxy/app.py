@@ -53,7 +53,7 @@ from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig
 from agl_stream_ingest.proxy.events import EventRefused, build_event_span, parse_event
 from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
 from agl_stream_ingest.publisher import PublishError, SpanPublisher
-from agl_stream_ingest.security import check_token
+from agl_stream_ingest.proxy.attempt_access import AttemptAccess, FinishedAttempts
 from agl_stream_ingest.sequence import SequenceAllocator
 
 logger = logging.getLogger(__name__)
@@ -118,11 +118,15 @@ class ProxyService:
         self.router = make_router(config, options.request_timeout)
         self.sequences = SequenceAllocator()
         self._background: set[asyncio.Task[None]] = set()
+        self.finished = FinishedAttempts(settings) if options.attempt_key_secret else None
+        self.access = AttemptAccess(options.token, options.attempt_key_secret, self.finished)
 
     # ---------------------------------------------------------------- request parsing
 
-    async def parse(self, request: Request, kind: Kind) -> tuple[dict[str, Any], ModelConfig]:
-        check_token(request, self.options.token)
+    async def parse(self, request: Request, kind: Kind, rollout_id: Optional[str] = None,
+                    attempt_id: Optional[str] = None) -> tuple[dict[str, Any], ModelConfig]:  # fmt: skip
+        self.access.check(request, rollout_id or request.headers.get("x-rollout-id") or None,
+                          attempt_id or request.headers.get("x-attempt-id") or None)  # fmt: skip
         media_type = request.headers.get("content-type", "application/json").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
             raise HTTPException(415, f"unsupported Content-Type {media_type!r}: send application/json")
@@ -203,7 +207,7 @@ class ProxyService:
 
     async def record_event(self, request: Request, rollout_id: str, attempt_id: str) -> JSONResponse:
         """An agent's event (see :mod:`.events`) as a span of its attempt, answered once the broker has it."""
-        check_token(request, self.options.token)
+        self.access.check(request, rollout_id, attempt_id)
         raw = await read_body_within(request, self.options.max_body_bytes, self.options.request_timeout)
         try:
             event = parse_event(raw)
@@ -235,7 +239,7 @@ class ProxyService:
     # ---------------------------------------------------------------- serving
 
     async def handle(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str]) -> Response:
-        body, model = await self.parse(request, kind)
+        body, model = await self.parse(request, kind, rollout_id, attempt_id)
         ctx = self.context(request, rollout_id, attempt_id)
         stream = bool(body.get("stream"))
         if stream and kind == "chat":
@@ -340,11 +344,16 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await publisher.start()
-        logger.info("LLM proxy serving %s, producing to %s", config.model_names, publisher.topic)
+        if service.finished is not None:
+            await service.finished.start()
+        logger.info("LLM proxy serving %s, producing to %s%s", config.model_names, publisher.topic,
+                    "; per-attempt keys checked" if service.finished is not None else "")  # fmt: skip
         try:
             yield
         finally:
             await service.drain()
+            if service.finished is not None:
+                await service.finished.stop()
             await publisher.stop()
 
     app = FastAPI(title="agl-stream LLM proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -358,7 +367,7 @@ def create_app(
         return openai_error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     async def models(request: Request) -> JSONResponse:
-        check_token(request, options.token)
+        service.access.check(request, None, None)
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "owned_by": "agl-stream"} for name in config.model_names]})
 

@@ -78,3 +78,13 @@ def test_a_reward_file_holds_a_number_or_upstreams_event_data(tmp_path: Path) ->
     path.write_text('{"value": "high"}')
     with pytest.raises(RewardUnreadable, match="a reward is a number"):
         read_reward(path)
+
+
+def test_with_a_key_secret_each_attempt_gets_its_own_key(tmp_path: Path) -> None:
+    from agl_stream.service import AttemptKey, verify_attempt_key
+
+    agent = CommandAgent(CommandSpec(argv=["agent"]), proxy_url="http://p", logs_dir=tmp_path, key="shared", key_secret="s")
+    env = agent.environment("ro-1", "at-1", "val", tmp_path, {"input": {}})
+    assert env["OPENAI_API_KEY"] == env["AGL_KEY"] != "shared"
+    assert verify_attempt_key("s", env["AGL_KEY"]) == AttemptKey("ro-1", "at-1")
+    assert "/mode/val/" in env["AGL_OPENAI_BASE_URL"]
