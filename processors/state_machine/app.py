@@ -459,6 +459,12 @@ class RolloutStateMachine:
             self._last_seen[rid] = now
             return
         await self._apply(rules.on_attempt_event(self._load(rid), attempt_event, now))
+        if attempt_event.kind == "heartbeat":
+            # A heartbeat keeps the current attempt alive whether or not a span has made it "running" yet: an
+            # agent that records its spans at the end (a controller's command) is "preparing" until then.
+            state = self._load(rid)
+            if state is not None and state.attempt is not None and state.attempt.attempt_id == attempt_event.attempt_id:
+                self._last_seen[rid] = now
 
     async def _span_seen(self, value: Optional[bytes], now: float) -> None:
         """A span from the liveness reader: a running attempt's heartbeat, or a change to apply.

@@ -142,6 +142,21 @@ class Pipeline:
         self.runners.append(runner)
         return runner
 
+    def start_controller(self, command: list[str], *, concurrency: int = 4, name: Optional[str] = None,
+                         extra_args: tuple[str, ...] = ()) -> ServiceProcess:  # fmt: skip
+        """One ``agl-stream controller`` service running ``command`` per attempt (a runner, for the harness)."""
+        assert self.stack is not None
+        name = name or f"controller-{len(self.runners)}"
+        controller = ServiceProcess(
+            name,
+            agl_command("controller", "--concurrency", str(concurrency), "--heartbeat-interval", "1", "--no-progress",
+                        "--logs-dir", str(self.data_dir / name), *extra_args, "--", *command),
+            env=self.stack.env(), log_path=self.stack.log_dir / f"{name}.log",
+        ).start()  # fmt: skip
+        self.stack.services.append(controller)
+        self.runners.append(controller)
+        return controller
+
     def restart_processors(self, name: str = "processors") -> None:
         if name == "processors":
             self.health_file.unlink(missing_ok=True)  # a dead service's last report must not read as current

@@ -494,6 +494,23 @@ async def test_a_span_read_during_a_rebalance_waits_for_the_table_and_is_dropped
         assert h.machine._load(moved.rollout_id) is None  # noqa: SLF001 - its new owner watches it
 
 
+async def test_heartbeats_keep_an_attempt_alive_before_its_first_span(topics: Settings) -> None:
+    """An agent whose spans come at the end (a controller's command: its reward and process record) is
+    ``preparing`` until then; its runner's heartbeats must keep it from being judged unresponsive (the controller's
+    chaos scenario: attempts that heartbeat every second were requeued after ``unresponsive_seconds``)."""
+    config = RolloutConfig(unresponsive_seconds=1.5, max_attempts=3, retry_condition=["unresponsive"])
+    async with harness(topics) as h:
+        task = await h.enqueue("ro-000000000b01", config)
+        await h.event(task, "started")
+        for _ in range(10):  # 5 s of heartbeats, no span
+            await asyncio.sleep(0.5)
+            await h.event(task, "heartbeat")
+        await h.span(task)
+        await h.event(task, "finished", "succeeded")
+        snap = await h.wait_status(task.rollout_id, "succeeded")
+        assert snap.attempts == 1 and not any(t.attempt.sequence_id > 1 for t in h.tasks if t.rollout_id == task.rollout_id)
+
+
 async def test_terminal_rollouts_held_are_capped_oldest_first(topics: Settings) -> None:
     """Memory stays flat whatever the rate: past ``max_terminal_held`` the oldest finished rollouts go early."""
     options = StateMachineOptions(scan_interval=0.1, retention_seconds=600, max_terminal_held=2)
