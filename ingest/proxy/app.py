@@ -50,9 +50,11 @@ from agl_stream_ingest.proxy.backend import (
 )
 from agl_stream_ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
 from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig
+from agl_stream_ingest.proxy.drain import CallGate, released_after
 from agl_stream_ingest.proxy.events import EventRefused, build_event_span, parse_event
 from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
 from agl_stream_ingest.publisher import PublishError, SpanPublisher
+from agl_stream_ingest.security import check_token
 from agl_stream_ingest.proxy.attempt_access import AttemptAccess, FinishedAttempts
 from agl_stream_ingest.sequence import SequenceAllocator
 
@@ -119,6 +121,7 @@ class ProxyService:
         self.sequences = SequenceAllocator()
         self._background: set[asyncio.Task[None]] = set()
         self.finished = FinishedAttempts(settings) if options.attempt_key_secret else None
+        self.gate = CallGate()
         self.access = AttemptAccess(options.token, options.attempt_key_secret, self.finished)
 
     # ---------------------------------------------------------------- request parsing
@@ -240,6 +243,20 @@ class ProxyService:
 
     async def handle(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str]) -> Response:
         body, model = await self.parse(request, kind, rollout_id, attempt_id)
+        await self.gate.enter()  # waits while the replica is paused for a weight update (see .drain)
+        try:
+            response = await self._answer(request, kind, rollout_id, attempt_id, body, model)
+        except BaseException:
+            await self.gate.leave()
+            raise
+        if isinstance(response, StreamingResponse):  # in flight until its last chunk
+            response.body_iterator = released_after(response.body_iterator, self.gate.leave)
+        else:
+            await self.gate.leave()
+        return response
+
+    async def _answer(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str],
+                      body: dict[str, Any], model: ModelConfig) -> Response:  # fmt: skip
         ctx = self.context(request, rollout_id, attempt_id)
         stream = bool(body.get("stream"))
         if stream and kind == "chat":
@@ -401,6 +418,23 @@ def create_app(
         return await service.record_event(request, rollout_id, attempt_id)
 
     app.add_api_route("/api/rollouts/{rollout_id}/attempt/{attempt_id}/events", event, methods=["POST"])
+
+    # pause/drain around a weight update (see .drain): the shared token only, never an attempt's key
+    async def pause(request: Request, drain_timeout: float = 60.0) -> JSONResponse:
+        check_token(request, options.token)
+        return JSONResponse(await service.gate.pause(drain_timeout))
+
+    async def resume(request: Request) -> JSONResponse:
+        check_token(request, options.token)
+        return JSONResponse(service.gate.resume())
+
+    async def state(request: Request) -> JSONResponse:
+        check_token(request, options.token)
+        return JSONResponse(service.gate.state())
+
+    app.add_api_route("/proxy/pause", pause, methods=["POST"])
+    app.add_api_route("/proxy/resume", resume, methods=["POST"])
+    app.add_api_route("/proxy/state", state, methods=["GET"])
     return app
 
 

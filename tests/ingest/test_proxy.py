@@ -6,6 +6,7 @@ against the real embedded CPU model lives in test_proxy_embedded.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Iterator
@@ -231,3 +232,39 @@ async def test_upstream_v1_routes_a_call_and_a_reward_event_become_the_attempts_
     assert got[0].name == "openai.chat.completion" and detokenize(got[0].attributes["response_token_ids"]) == REPLY
     assert find_final_reward(got) == 1.0 and got[1].attributes["agl.event.data.reason"] == "exact"
     assert got[2].attributes["agl.event.type"] == "agent_output" and json.loads(got[2].attributes["agl.event.data"]) == {"patch": "diff"}
+
+
+async def test_pause_holds_new_calls_lets_calls_in_flight_finish_and_resume_lets_them_through(
+    topics: Settings, proxy: ServedApp
+) -> None:
+    """Around a weight update: pause answers once nothing is in flight; calls made meanwhile wait, then pass."""
+    auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+
+    async def state() -> dict[str, object]:
+        return (await http.get(f"{proxy.url}/proxy/state", headers=auth)).json()  # type: ignore[no-any-return]
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        held = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES,
+                                                                          user="hold"))  # the backend takes 1.5 s
+        for _ in range(100):
+            if (await state())["in_flight"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (await state()) == {"paused": False, "in_flight": 1, "waiting": 0, "paused_seconds": None}
+        pausing = asyncio.create_task(http.post(f"{proxy.url}/proxy/pause", params={"drain_timeout": 30}, headers=auth))
+        paused = (await pausing).json()
+        assert held.done()  # pause answered only once the call in flight had finished
+        assert (await held).choices[0].message.content == REPLY
+        assert paused["paused"] is True and paused["drained"] is True and paused["in_flight"] == 0
+
+        waiting = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES))
+        for _ in range(100):
+            if (await state())["waiting"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (await state())["waiting"] == 1 and not waiting.done()
+        assert (await http.post(f"{proxy.url}/proxy/pause", headers={"Authorization": "Bearer nope"})).status_code == 401
+        resumed = (await http.post(f"{proxy.url}/proxy/resume", headers=auth)).json()
+        assert resumed["paused"] is False
+        assert (await waiting).choices[0].message.content == REPLY
+    assert len(await read_spans(topics, expected=2)) == 2
