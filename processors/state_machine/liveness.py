@@ -95,8 +95,12 @@ class SpanLivenessReader:
             now = time.time()
             for tp, records in batches.items():
                 for record in records:
+                    if tp.partition not in self._partitions:
+                        break  # reassigned while this batch was handled (a span may wait out a rebalance)
                     await self._handle(record, now)
-                if records:
+                if records and tp.partition in self._partitions:
+                    # never for a partition reassigned meanwhile: its progress would come back, stuck at this
+                    # record's time, and hold the watchdog's clock there (seed 303: a rollout never judged)
                     self.progress.consumed(tp.partition, records[-1].timestamp / 1000.0)
             if time.monotonic() - last_progress >= PROGRESS_INTERVAL_S:
                 await note_fetches(self.progress, self._consumer, self._consumer.assignment(), read_committed=False,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agl_stream.config import Settings
 from agl_stream.serialization import decode, encode
 from agl_stream.types import Attempt, AttemptedRollout, RolloutSnapshot, Span
@@ -71,3 +73,44 @@ async def test_heartbeats_of_a_running_attempt_change_nothing_and_need_no_lock()
     assert len(rollouts.sent) == sent and sm._last_seen[R] == 2.0  # noqa: SLF001
     await sm._span_seen(b"junk", 3.0)  # noqa: SLF001
     assert sm.counts["unreadable_spans"] == 1 and sm.counts["spans"] == 2
+
+
+@pytest.mark.integration
+async def test_a_partition_reassigned_while_its_batch_is_handled_leaves_the_readers_clock(topics: Settings) -> None:
+    """Seed 303: a span waited out a rebalance; meanwhile the recovery reassigned the reader. The rest of the old
+    batch then put its partition back into the read progress, stuck at that record's time: the watchdog's clock
+    stopped there, and a rollout whose runner died was never judged unresponsive."""
+    import time
+
+    from aiokafka import AIOKafkaProducer
+
+    from agl_stream.kafka import connection_options
+    from agl_stream_processors.state_machine.liveness import SpanLivenessReader
+
+    producer = AIOKafkaProducer(**connection_options(topics))
+    await producer.start()
+    try:
+        for partition in (0, 0, 0, 1):
+            await producer.send_and_wait(topics.topic("spans"), span(), partition=partition)
+    finally:
+        await producer.stop()
+    seen: list[bytes] = []
+
+    async def on_span(value: bytes | None, now: float) -> None:
+        if not seen:
+            await reader.assign([1])  # what the state machine's recovery does, while this span waits
+        seen.append(value or b"")
+
+    reader = SpanLivenessReader(topics, f"{topics.topic_prefix}-liveness-test", on_span)
+    await reader.start()
+    stop = asyncio.Event()
+    try:
+        await reader.assign([0, 1])
+        running = asyncio.create_task(reader.run(stop))
+        await asyncio.sleep(3.0)
+        lag = reader.progress.lag_seconds(time.time())
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    finally:
+        await reader.stop()
+    assert lag is not None and lag < 2.0, f"the reader's clock is {lag} s behind: a reassigned partition stayed in it"
