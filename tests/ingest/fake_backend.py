@@ -57,7 +57,7 @@ def create_fake_backend() -> FastAPI:
         usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(reply_ids),
                  "total_tokens": len(prompt_ids) + len(reply_ids)}
         if body.get("user") == "hold":  # lets tests act while a call is in flight
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(3.0)
         if body.get("stream"):
             return StreamingResponse(stream(body, chat, reply, prompt_ids, reply_ids, want_ids, want_logprobs, usage),
                                      media_type="text/event-stream", headers={"x-policy-version": str(POLICY_VERSION)})

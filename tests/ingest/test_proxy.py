@@ -245,12 +245,13 @@ async def test_pause_holds_new_calls_lets_calls_in_flight_finish_and_resume_lets
 
     async with httpx.AsyncClient(timeout=60) as http:
         held = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES,
-                                                                          user="hold"))  # the backend takes 1.5 s
-        for _ in range(100):
-            if (await state())["in_flight"] == 1:
+                                                                          user="hold"))  # the backend takes 3 s
+        for _ in range(600):  # generous: on a loaded machine the call may take seconds to reach the door
+            current = await state()
+            if current["in_flight"] == 1 or held.done():
                 break
             await asyncio.sleep(0.05)
-        assert (await state()) == {"paused": False, "in_flight": 1, "waiting": 0, "paused_seconds": None}
+        assert current == {"paused": False, "in_flight": 1, "waiting": 0, "paused_seconds": None}
         pausing = asyncio.create_task(http.post(f"{proxy.url}/proxy/pause", params={"drain_timeout": 30}, headers=auth))
         paused = (await pausing).json()
         assert held.done()  # pause answered only once the call in flight had finished
@@ -258,7 +259,7 @@ async def test_pause_holds_new_calls_lets_calls_in_flight_finish_and_resume_lets
         assert paused["paused"] is True and paused["drained"] is True and paused["in_flight"] == 0
 
         waiting = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES))
-        for _ in range(100):
+        for _ in range(600):
             if (await state())["waiting"] == 1:
                 break
             await asyncio.sleep(0.05)
