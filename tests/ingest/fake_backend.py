@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any, AsyncIterator
 
@@ -18,6 +19,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 REPLY = "Hello from the fake backend."
 POLICY_VERSION = 7
+#: a chat call whose last message says this is answered only once ``app.state.release_held`` is set
+HOLD = "Hold until released."
 
 
 def tokenize(text: str) -> list[int]:
@@ -35,6 +38,7 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
 def create_fake_backend() -> FastAPI:
     app = FastAPI()
     app.state.requests = []
+    app.state.release_held = threading.Event()  # a test sets it to let held calls (see HOLD) answer
 
     def logprobs_for(ids: list[int], chat: bool) -> Any:
         if chat:
@@ -56,8 +60,10 @@ def create_fake_backend() -> FastAPI:
         created = int(time.time())
         usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(reply_ids),
                  "total_tokens": len(prompt_ids) + len(reply_ids)}
-        if body.get("user") == "hold":  # lets tests act while a call is in flight
-            await asyncio.sleep(3.0)
+        if chat and body["messages"][-1].get("content") == HOLD:  # lets tests act while a call is in flight
+            deadline = time.monotonic() + 120
+            while not app.state.release_held.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         if body.get("stream"):
             return StreamingResponse(stream(body, chat, reply, prompt_ids, reply_ids, want_ids, want_logprobs, usage),
                                      media_type="text/event-stream", headers={"x-policy-version": str(POLICY_VERSION)})

@@ -19,7 +19,7 @@ from agl_stream.config import Settings
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.proxy.app import create_app
 from agl_stream_ingest.proxy.config import ProxyConfig
-from tests.ingest.fake_backend import POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
+from tests.ingest.fake_backend import HOLD, POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
 from tests.ingest.helpers import ServedApp, read_spans
 
 pytestmark = pytest.mark.integration
@@ -235,31 +235,42 @@ async def test_upstream_v1_routes_a_call_and_a_reward_event_become_the_attempts_
 
 
 async def test_pause_holds_new_calls_lets_calls_in_flight_finish_and_resume_lets_them_through(
-    topics: Settings, proxy: ServedApp
+    topics: Settings, proxy: ServedApp, backend: ServedApp
 ) -> None:
     """Around a weight update: pause answers once nothing is in flight; calls made meanwhile wait, then pass."""
     auth = {"Authorization": f"Bearer {CLIENT_TOKEN}"}
+    release = backend.server.config.app.state.release_held
+    release.clear()
 
     async def state() -> dict[str, object]:
         return (await http.get(f"{proxy.url}/proxy/state", headers=auth)).json()  # type: ignore[no-any-return]
 
     async with httpx.AsyncClient(timeout=60) as http:
-        held = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES,
-                                                                          user="hold"))  # the backend takes 3 s
-        for _ in range(600):  # generous: on a loaded machine the call may take seconds to reach the door
+        held = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=[
+            {"role": "user", "content": HOLD}]))  # answered once released
+        for _ in range(1200):  # generous: on a loaded machine the call may take seconds to reach the door
             current = await state()
             if current["in_flight"] == 1 or held.done():
                 break
             await asyncio.sleep(0.05)
+        if held.done():
+            await held  # it failed before it was held: show why
         assert current == {"paused": False, "in_flight": 1, "waiting": 0, "paused_seconds": None}
-        pausing = asyncio.create_task(http.post(f"{proxy.url}/proxy/pause", params={"drain_timeout": 30}, headers=auth))
+        pausing = asyncio.create_task(http.post(f"{proxy.url}/proxy/pause", params={"drain_timeout": 60}, headers=auth))
+        for _ in range(1200):
+            if (await state())["paused"]:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert not pausing.done() and not held.done()  # pause waits for the call in flight
+        release.set()
         paused = (await pausing).json()
         assert held.done()  # pause answered only once the call in flight had finished
         assert (await held).choices[0].message.content == REPLY
         assert paused["paused"] is True and paused["drained"] is True and paused["in_flight"] == 0
 
         waiting = asyncio.create_task(_client(proxy).chat.completions.create(model="fake-model", messages=MESSAGES))
-        for _ in range(600):
+        for _ in range(1200):
             if (await state())["waiting"] == 1:
                 break
             await asyncio.sleep(0.05)
