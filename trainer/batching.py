@@ -4,7 +4,11 @@
 or the rollout itself when absent); a group is *ready* when ``group_size`` distinct rollouts have
 arrived, or when it has waited ``group_timeout_s`` since its first member (stragglers and rollouts
 that never finish) and has at least ``min_group_size`` usable members; smaller timed-out groups are
-dropped and counted. Failed attempts count as arrived members but never train.
+dropped and counted. Failed attempts count as arrived members but never train. The wait counts in
+stream time (:meth:`RecordConsumer.read_through`), from the time its earliest member was written: a
+learner reading a backlog, or cut off from one partition's broker, times a group out only once every
+partition has been read past the group's start + ``group_timeout_s`` (a wall-clock wait trained groups
+without members that sat unread in a lagging partition; seed 303 of the nemesis, 83 rollouts).
 
 One rollout, one training signal: only the trajectory of the attempt that ended its rollout
 (``Trajectory.decision == "final"``, stamped by the triplet processor from the state machine's
@@ -190,7 +194,8 @@ class GroupAssembler:
         return out
 
     def add(self, trajectory: Trajectory, record: Any = None, now: Optional[float] = None) -> None:
-        now = time.monotonic() if now is None else now
+        """File ``trajectory``; ``now``: when it was written (its record's timestamp; default: the clock)."""
+        now = time.time() if now is None else now
         self.stats.trajectories += 1
         if trajectory.mode is not None and trajectory.mode not in self.config.train_modes:
             self.stats.skipped_mode += 1
@@ -214,6 +219,7 @@ class GroupAssembler:
                 self.config.group_size if trajectory.group_id else 1
             )
             group = self._groups[gid] = _Group(gid, expected, now)
+        group.first_seen = min(group.first_seen, now)  # members may be read out of the order they were written in
         old = group.members.get(trajectory.rollout_id)
         if old is not None:
             same_attempt = old.trajectory.attempt_id == trajectory.attempt_id
@@ -250,9 +256,10 @@ class GroupAssembler:
     def pop_batch(self, current_version: int, now: Optional[float] = None, *, force: bool = False) -> Optional[Batch]:
         """A batch of ``batch_groups`` ready groups after the staleness filter, or None if not enough.
 
-        ``force`` hands out whatever ready groups there are (end of a finite dataset).
+        ``force`` hands out whatever ready groups there are (end of a finite dataset). ``now``: the time
+        groups are timed out against, on the clock of :meth:`add`'s (default: the clock itself).
         """
-        now = time.monotonic() if now is None else now
+        now = time.time() if now is None else now
         candidates: list[tuple[_Group, _Filtered]] = []
         for gid in self._ready_ids(now):
             group = self._groups[gid]
@@ -379,7 +386,7 @@ class TripletBatcher:
                 self.assembler.stats.already_done += 1
                 self.consumer.done(item.record)
             else:
-                self.assembler.add(item.value, item.record)
+                self.assembler.add(item.value, item.record, now=item.record.timestamp / 1000)
         for record in self.assembler.take_done():
             if record is not None:
                 self.consumer.done(record)
@@ -389,7 +396,9 @@ class TripletBatcher:
         """Poll until a batch is ready or ``timeout`` passes (then None)."""
         deadline = time.monotonic() + timeout
         while True:
-            batch = self.assembler.pop_batch(current_version, force=force)
+            read_through = await self.consumer.read_through()
+            batch = self.assembler.pop_batch(current_version, float("-inf") if read_through is None else read_through,
+                                             force=force)  # fmt: skip
             for record in self.assembler.take_done():
                 if record is not None:
                     self.consumer.done(record)

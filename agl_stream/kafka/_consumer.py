@@ -143,6 +143,7 @@ class RecordConsumer:
         self.claims = claims
         self.tracker = OffsetTracker()
         self.revocations: dict[TopicPartition, int] = {}  # per partition: how often a rebalance took it away
+        self._last_read_ms: dict[TopicPartition, int] = {}  # per partition held: the last handed-out record's timestamp
         # per (partition, tenure): the offset this consumer had committed when the tenure ended
         self._committed_at_revoke: dict[tuple[TopicPartition, int], int] = {}
         # per (partition, tenure): the group generation it was assigned in; per partition held now: the group's
@@ -215,7 +216,39 @@ class RecordConsumer:
             for record in records:
                 self.tracker.delivered(tp, record.offset)
                 out.append(record)
+            if records:
+                self._last_read_ms[tp] = records[-1].timestamp
         return out
+
+    async def read_through(self) -> Optional[float]:
+        """Stream time: the time (epoch seconds) up to which every assigned partition has been read; None if unknown.
+
+        Per partition: the timestamp of the last record handed out, or, once it has been read to its
+        end (:func:`read_to_fetched_end`), the time of that fetch. The minimum over the assignment: a
+        record of any partition that is not read yet was written after it. Timeouts that wait for
+        records to arrive ("has every member of this group had its chance?") count in this time,
+        so a consumer reading a backlog, or cut off from the broker that leads one partition, does not
+        see time pass that its records could not. None before every assigned partition was fetched once,
+        while none is assigned, and mid-rebalance.
+        """
+        assigned = self._consumer.assignment()
+        if not assigned:
+            return None
+        through = float("inf")
+        try:
+            for tp in assigned:
+                if await read_to_fetched_end(self._consumer, tp):
+                    fetched_ms = self._consumer.last_poll_timestamp(tp)
+                    if fetched_ms is None:
+                        return None
+                    through = min(through, fetched_ms / 1000)
+                elif tp in self._last_read_ms:
+                    through = min(through, self._last_read_ms[tp] / 1000)
+                else:
+                    return None
+        except (IllegalStateError, AssertionError):  # revoked while we looked (aiokafka asserts assignment)
+            return None
+        return through
 
     async def caught_up(self) -> bool:
         """Whether every assigned partition has been read to its end (:func:`read_to_fetched_end`)."""
@@ -269,6 +302,7 @@ class RecordConsumer:
             self._committed_at_revoke.pop((tp, tenure - _TENURES_KEPT), None)
             self._tenure_generation.pop((tp, tenure - _TENURES_KEPT), None)
             self._tenure_start.pop(tp, None)
+            self._last_read_ms.pop(tp, None)
             self.revocations[tp] = tenure + 1
         self.tracker.forget(list(revoked))  # type: ignore[arg-type]
 
