@@ -5,8 +5,9 @@ What the command gets (never through a shell):
 - the model, scoped to the attempt: ``OPENAI_BASE_URL`` is the proxy's
   ``/rollout/{rollout_id}/attempt/{attempt_id}/v1``, and upstream v1.0's ``AGL_OPENAI_BASE_URL`` its
   ``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1``, so every call it makes is
-  recorded as the attempt's span; ``AGL_EVENT_URL`` takes v1.0's events (``{"event_type": "reward", "data":
-  {"value": r}}``); ``OPENAI_API_KEY`` / ``AGL_KEY`` is the attempt's own key when ``AGL_ATTEMPT_KEY_SECRET`` is
+  recorded as the attempt's span; ``ANTHROPIC_BASE_URL`` is the same prefix for the Anthropic SDK (its Messages
+  API, served by the proxy); ``AGL_EVENT_URL`` takes v1.0's events (``{"event_type": "reward", "data":
+  {"value": r}}``); ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``AGL_KEY`` is the attempt's own key when ``AGL_ATTEMPT_KEY_SECRET`` is
   set (it writes only this attempt, and stops working when the attempt finishes), else the front doors'
   token (a placeholder when none is set: SDKs insist on a key);
 - the task: its ``env_map`` variables, the task file (``AGL_TASK_FILE``), its stdin if asked;
@@ -96,6 +97,8 @@ class CommandAgent(LitAgent[Any]):
         key = mint_attempt_key(self.key_secret, rollout_id, attempt_id) if self.key_secret else self.key
         env.update({
             "OPENAI_BASE_URL": base, "OPENAI_API_KEY": key, "AGL_OPENAI_BASE_URL": v1_base, "AGL_KEY": key,
+            # the Anthropic SDK appends /v1/messages to its base URL (the proxy serves that API, see .dialects)
+            "ANTHROPIC_BASE_URL": base.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
             "AGL_EVENT_URL": f"{self.proxy_url}/api/rollouts/{rollout_id}/attempt/{attempt_id}/events",
             "AGL_ROLLOUT_ID": rollout_id, "AGL_ATTEMPT_ID": attempt_id, "AGL_ROLLOUT_MODE": mode or "",
             "AGL_REWARD_FILE": str(folder / "reward"),

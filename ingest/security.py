@@ -18,9 +18,9 @@ from agl_stream.service import TokenVerdict, presented_token, token_verdict
 
 
 def check_token(request: Request, expected: Optional[str]) -> None:
-    """Raise 401 unless auth is off or the request carries the expected token (Bearer, or OpenAI-style
-    ``api-key``), checked by the service kit's one token check."""
-    verdict = token_verdict(presented_token(request.headers, headers_also=("api-key",)), expected)
+    """Raise 401 unless auth is off or the request carries the expected token (Bearer, OpenAI-style ``api-key``
+    or Anthropic-style ``x-api-key``), checked by the service kit's one token check."""
+    verdict = token_verdict(presented_token(request.headers, headers_also=("api-key", "x-api-key")), expected)
     if verdict is TokenVerdict.MISSING:
         raise HTTPException(401, "missing bearer token (set Authorization: Bearer <AGL_INGEST_TOKEN>)",
                             headers={"WWW-Authenticate": "Bearer"})

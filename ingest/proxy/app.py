@@ -5,7 +5,9 @@ Routes keep upstream's shape: ``/v1/chat/completions`` and ``/v1/completions``, 
 read the ``x-rollout-id`` / ``x-attempt-id`` headers). ``x-sequence-id`` is honoured when sent;
 otherwise the proxy numbers calls as they arrive from its own per-rollout counter, as upstream's
 LLMProxy takes the next id of its store's rollout counter (see ``agl_stream_ingest.sequence``).
-Upstream v1.0's shapes are served too, so its agents run unchanged: the model under
+OpenAI's Responses API (``/v1/responses``) and Anthropic's Messages API (``/v1/messages``: the Anthropic SDK's
+``ANTHROPIC_BASE_URL`` is the proxy's ``/rollout/{rollout_id}/attempt/{attempt_id}``) are served over the
+chat path and recorded as chat calls (see ``.dialects``). Upstream v1.0's shapes are served too, so its agents run unchanged: the model under
 ``/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1/...``, and the agent's events
 (a reward, say) at ``/api/rollouts/{rollout_id}/attempt/{attempt_id}/events`` (see ``.events``).
 
@@ -50,6 +52,7 @@ from agl_stream_ingest.proxy.backend import (
 )
 from agl_stream_ingest.proxy.capture import Completion, Kind, StreamAccumulator, from_response
 from agl_stream_ingest.proxy.config import ModelConfig, ProxyConfig
+from agl_stream_ingest.proxy.dialects import AnthropicMessages, Dialect, OpenAIResponses
 from agl_stream_ingest.proxy.drain import CallGate, released_after
 from agl_stream_ingest.proxy.events import EventRefused, build_event_span, parse_event
 from agl_stream_ingest.proxy.record import LlmCall, build_llm_span
@@ -128,6 +131,17 @@ class ProxyService:
 
     async def parse(self, request: Request, kind: Kind, rollout_id: Optional[str] = None,
                     attempt_id: Optional[str] = None) -> tuple[dict[str, Any], ModelConfig]:  # fmt: skip
+        body = await self._read_json(request, rollout_id, attempt_id)
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+                raise HTTPException(400, "'messages' must be a non-empty list of message objects")
+        elif not isinstance(body.get("prompt"), (str, list)):
+            raise HTTPException(400, "'prompt' is required (a string or a list)")
+        return body, self._model(body["model"])
+
+    async def _read_json(self, request: Request, rollout_id: Optional[str], attempt_id: Optional[str]) -> dict[str, Any]:
+        """The caller's key checked for the attempt, then its body: a JSON object naming a model."""
         self.access.check(request, rollout_id or request.headers.get("x-rollout-id") or None,
                           attempt_id or request.headers.get("x-attempt-id") or None)  # fmt: skip
         media_type = request.headers.get("content-type", "application/json").split(";", 1)[0].strip().lower()
@@ -143,16 +157,13 @@ class ProxyService:
         model_name = body.get("model")
         if not isinstance(model_name, str) or not model_name:
             raise HTTPException(400, "'model' is required (a string)")
-        if kind == "chat":
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-                raise HTTPException(400, "'messages' must be a non-empty list of message objects")
-        elif not isinstance(body.get("prompt"), (str, list)):
-            raise HTTPException(400, "'prompt' is required (a string or a list)")
+        return body
+
+    def _model(self, model_name: str) -> ModelConfig:
         model = self.config.model(model_name)
         if model is None:
             raise HTTPException(404, f"model {model_name!r} is not served here; available: {self.config.model_names}")
-        return body, model
+        return model
 
     def context(self, request: Request, rollout_id: Optional[str], attempt_id: Optional[str]) -> CallContext:
         rollout_id = rollout_id or request.headers.get("x-rollout-id") or None
@@ -183,7 +194,8 @@ class ProxyService:
     # ---------------------------------------------------------------- recording
 
     def _span(self, ctx: CallContext, kind: Kind, body: dict[str, Any], model: ModelConfig, stream: bool,
-              started: float, completion: Optional[Completion], error: Optional[str]) -> Optional[Span]:
+              started: float, completion: Optional[Completion], error: Optional[str],
+              api: Optional[str] = None) -> Optional[Span]:  # fmt: skip
         if ctx.rollout_id is None or ctx.attempt_id is None:
             return None
         if completion is not None and completion.policy_version is None:
@@ -191,7 +203,7 @@ class ProxyService:
         return build_llm_span(LlmCall(
             rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, sequence_id=ctx.sequence_id, kind=kind,
             request=body, provider=model.provider, streaming=stream, start_time=started, end_time=time.time(),
-            completion=completion, error=error, trace_id=ctx.trace_id, parent_id=ctx.parent_id,
+            completion=completion, error=error, trace_id=ctx.trace_id, parent_id=ctx.parent_id, api=api,
         ))
 
     async def record(self, span: Optional[Span]) -> None:
@@ -243,9 +255,28 @@ class ProxyService:
 
     async def handle(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str]) -> Response:
         body, model = await self.parse(request, kind, rollout_id, attempt_id)
+        return await self._through_gate(request, kind, rollout_id, attempt_id, body, model, None)
+
+    async def handle_dialect(self, request: Request, dialect: Dialect, rollout_id: Optional[str],
+                             attempt_id: Optional[str]) -> Response:  # fmt: skip
+        """A call in another API (:mod:`.dialects`): translated, sent and recorded as a chat call, answered in kind."""
+        try:
+            body = await self._read_json(request, rollout_id, attempt_id)
+            chat_body = dialect.to_chat(body)
+            return await self._through_gate(request, "chat", rollout_id, attempt_id, chat_body,
+                                            self._model(body["model"]), dialect)  # fmt: skip
+        except HTTPException as exc:
+            if exc.status_code >= 500:
+                logger.error("proxy request failed: %s", exc.detail)
+            answer = dialect.error(exc.status_code, str(exc.detail))
+            answer.headers.update(exc.headers or {})
+            return answer
+
+    async def _through_gate(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str],
+                            body: dict[str, Any], model: ModelConfig, dialect: Optional[Dialect]) -> Response:  # fmt: skip
         await self.gate.enter()  # waits while the replica is paused for a weight update (see .drain)
         try:
-            response = await self._answer(request, kind, rollout_id, attempt_id, body, model)
+            response = await self._answer(request, kind, rollout_id, attempt_id, body, model, dialect)
         except BaseException:
             await self.gate.leave()
             raise
@@ -256,49 +287,60 @@ class ProxyService:
         return response
 
     async def _answer(self, request: Request, kind: Kind, rollout_id: Optional[str], attempt_id: Optional[str],
-                      body: dict[str, Any], model: ModelConfig) -> Response:  # fmt: skip
+                      body: dict[str, Any], model: ModelConfig, dialect: Optional[Dialect] = None) -> Response:  # fmt: skip
         ctx = self.context(request, rollout_id, attempt_id)
         stream = bool(body.get("stream"))
         if stream and kind == "chat":
-            return await self._stream_chat(ctx, body, model)
+            return await self._stream_chat(ctx, body, model, dialect)
         shaped = shape_request(body, kind, model, self.config, stream=False, timeout=self.options.request_timeout)
         started = time.time()
         try:
             response = await call_backend(self.router, kind, shaped)
         except Exception as exc:  # every litellm failure becomes an answer and an ERROR span
-            return await self._failed(ctx, kind, body, model, stream, started, exc)
+            return await self._failed(ctx, kind, body, model, stream, started, exc, dialect)
         BACKEND_LATENCY.labels(model.model_name, "ok").observe(time.time() - started)
         doc = _client_view(response.model_dump())
         completion = from_response(doc, kind, response_headers(response))
-        span = self._span(ctx, kind, body, model, stream, started, completion, None)
+        span = self._span(ctx, kind, body, model, stream, started, completion, None, dialect and dialect.api)
         try:
             await self.record(span)
         except PublishError as exc:
-            return openai_error(503, f"the call succeeded but its span could not be recorded: {exc}", {"Retry-After": "1"})
+            message = f"the call succeeded but its span could not be recorded: {exc}"
+            if dialect is not None:
+                refused = dialect.error(503, message)
+                refused.headers["Retry-After"] = "1"
+                return refused
+            return openai_error(503, message, {"Retry-After": "1"})
+        if dialect is not None:
+            return JSONResponse(dialect.answer(response))
         if stream:  # a streamed text completion: re-emitted from the whole answer
             return StreamingResponse(sse.completion_stream(doc, include_usage=_wants_usage(body)),
                                      media_type="text/event-stream")
         return JSONResponse(doc)
 
     async def _failed(self, ctx: CallContext, kind: Kind, body: dict[str, Any], model: ModelConfig, stream: bool,
-                      started: float, exc: BaseException) -> Response:
+                      started: float, exc: BaseException, dialect: Optional[Dialect] = None) -> Response:
         BACKEND_LATENCY.labels(model.model_name, "error").observe(time.time() - started)
         status, message = error_status(exc), error_message(exc)
         logger.warning("backend call for model %s failed (%d): %s", model.model_name, status, message)
         try:
-            await self.record(self._span(ctx, kind, body, model, stream, started, None, message))
+            await self.record(self._span(ctx, kind, body, model, stream, started, None, message, dialect and dialect.api))
         except PublishError as publish_error:
             logger.error("span of a failed call was not produced: %s", publish_error)
-        return openai_error(status, message)
+        return dialect.error(status, message) if dialect is not None else openai_error(status, message)
 
-    async def _stream_chat(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig) -> Response:
+    async def _stream_chat(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig,
+                           dialect: Optional[Dialect] = None) -> Response:  # fmt: skip
         shaped: BackendRequest = shape_request(body, "chat", model, self.config, stream=True,
                                                timeout=self.options.request_timeout)
         started = time.time()
         try:
             upstream = await call_backend(self.router, "chat", shaped)
         except Exception as exc:
-            return await self._failed(ctx, "chat", body, model, True, started, exc)
+            return await self._failed(ctx, "chat", body, model, True, started, exc, dialect)
+        if dialect is not None:
+            return ClosingStreamingResponse(self._relay_dialect(ctx, body, model, upstream, started, dialect),
+                                            media_type="text/event-stream")
         include_usage = _wants_usage(body)
         return ClosingStreamingResponse(self._relay(ctx, body, model, upstream, started, include_usage),
                                         media_type="text/event-stream")
@@ -338,6 +380,68 @@ class ProxyService:
             if span_task is None:  # the client hung up (generator closed or cancelled) before the end
                 completion = accumulator.result(response_headers(upstream))
                 self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, "client disconnected"))
+
+    async def _relay_dialect(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig, upstream: Any,
+                             started: float, dialect: Dialect) -> AsyncIterator[bytes]:
+        """A chat stream re-told in ``dialect``'s events; recorded as :meth:`_relay` records, and likewise the
+        span is acknowledged before the stream's closing events (the chunks end only once it is)."""
+        accumulator = StreamAccumulator()
+        recording: list[asyncio.Task[None]] = []
+
+        async def recorded() -> AsyncIterator[Any]:
+            error: Optional[tuple[int, str]] = None
+            try:
+                async for chunk in upstream:
+                    accumulator.add(chunk.model_dump(exclude_none=True))
+                    yield chunk
+            except Exception as exc:  # the backend broke off mid-stream: record it, then tell the client
+                error = (error_status(exc), error_message(exc))
+                logger.warning("stream from model %s failed: %s", model.model_name, error[1])
+            BACKEND_LATENCY.labels(model.model_name, "ok" if error is None else "error").observe(time.time() - started)
+            completion = accumulator.result(response_headers(upstream))
+            recording.append(self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion,
+                                                           None if error is None else error[1], dialect.api)))  # fmt: skip
+            if error is not None:
+                raise _StreamBroken(*error)
+            try:
+                await asyncio.shield(recording[0])  # a client hanging up now must not cancel the produce half-way
+            except PublishError as exc:
+                raise _StreamBroken(503, f"the span of this call could not be recorded: {exc}") from None
+
+        try:
+            async for event in dialect.stream(_LikeUpstream(recorded(), upstream), model.model_name):
+                yield event
+        except _StreamBroken as broken:
+            yield dialect.stream_error(broken.status, broken.message)
+        finally:
+            if not recording:  # the client hung up before the end
+                completion = accumulator.result(response_headers(upstream))
+                self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, "client disconnected",
+                                              dialect.api))  # fmt: skip
+
+
+class _LikeUpstream:
+    """The recorded chunks, looking like litellm's stream (``logging_obj`` and the like) to its adapters."""
+
+    def __init__(self, chunks: AsyncIterator[Any], upstream: Any) -> None:
+        self._chunks, self._upstream = chunks, upstream
+
+    def __aiter__(self) -> "_LikeUpstream":
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._chunks.__anext__()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._upstream, name)
+
+
+class _StreamBroken(Exception):
+    """Ends a dialect's stream early: the backend broke off, or the span could not be recorded."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 def _wants_usage(body: dict[str, Any]) -> bool:
@@ -413,6 +517,22 @@ def create_app(
     app.add_api_route(f"{v1}/chat/completions", chat_v1, methods=["POST"])
     app.add_api_route(f"{v1}/completions", completions_v1, methods=["POST"])
     app.add_api_route(f"{v1}/models", models_v1, methods=["GET"])
+
+    # the other APIs agents speak (see .dialects): OpenAI's Responses, Anthropic's Messages
+    async def responses(request: Request, rollout_id: Optional[str] = None, attempt_id: Optional[str] = None,
+                        mode: Optional[RolloutModeSegment] = None) -> Response:  # fmt: skip
+        return await service.handle_dialect(request, OpenAIResponses(), rollout_id, attempt_id)
+
+    async def messages(request: Request, rollout_id: Optional[str] = None, attempt_id: Optional[str] = None,
+                       mode: Optional[RolloutModeSegment] = None) -> Response:  # fmt: skip
+        return await service.handle_dialect(request, AnthropicMessages(), rollout_id, attempt_id)
+
+    anthropic_v1 = "/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{mode}/anthropic"
+    for prefix in ("", "/rollout/{rollout_id}/attempt/{attempt_id}"):
+        app.add_api_route(f"{prefix}/v1/responses", responses, methods=["POST"])
+        app.add_api_route(f"{prefix}/v1/messages", messages, methods=["POST"])
+    app.add_api_route(f"{v1}/responses", responses, methods=["POST"])
+    app.add_api_route(f"{anthropic_v1}/v1/messages", messages, methods=["POST"])
 
     async def event(request: Request, rollout_id: str, attempt_id: str) -> JSONResponse:
         return await service.record_event(request, rollout_id, attempt_id)

@@ -43,6 +43,8 @@ class LlmCall:
     error: Optional[str] = None
     trace_id: Optional[str] = None
     parent_id: Optional[str] = None
+    #: the API the agent spoke when it was not Chat Completions (``anthropic.messages``, ``openai.responses``)
+    api: Optional[str] = None
 
 
 def _text(value: Any) -> Any:
@@ -60,6 +62,8 @@ def _request_attributes(call: LlmCall) -> dict[str, Any]:
         semconv.GEN_AI_REQUEST_MODEL: req.get("model"),
         "gen_ai.request.streaming": call.streaming,
     }
+    if call.api is not None:
+        attrs["agl.proxy.api"] = call.api
     for name in REQUEST_PARAMS:
         if req.get(name) is not None:
             value = req[name]

@@ -23,7 +23,7 @@ AGENT = textwrap.dedent("""
     task = json.load(open(os.environ["AGL_TASK_FILE"]))
     print(json.dumps({k: os.environ.get(k) for k in
                       ("OPENAI_BASE_URL", "AGL_OPENAI_BASE_URL", "AGL_EVENT_URL", "OPENAI_API_KEY", "QUESTION",
-                       "AGL_ROLLOUT_MODE")}))
+                       "AGL_ROLLOUT_MODE", "ANTHROPIC_BASE_URL")}))
     if task["input"].get("fail"):
         print("giving up", file=sys.stderr)
         sys.exit(3)
@@ -54,6 +54,7 @@ async def test_each_attempt_runs_the_command_with_its_scoped_endpoint_input_and_
         "OPENAI_BASE_URL": scoped, "OPENAI_API_KEY": "agl-stream", "QUESTION": "2+2?", "AGL_ROLLOUT_MODE": "train",
         "AGL_OPENAI_BASE_URL": f"http://proxy.test:4000/proxy/rollout/{ids[0]}/attempt/{good.attempt_id}/mode/train/openai/v1",
         "AGL_EVENT_URL": f"http://proxy.test:4000/api/rollouts/{ids[0]}/attempt/{good.attempt_id}/events",
+        "ANTHROPIC_BASE_URL": scoped.removesuffix("/v1"),  # the Anthropic SDK appends /v1/messages
     }  # fmt: skip
     assert "giving up" in (tmp_path / "logs" / ids[1] / bad.attempt_id / "output.log").read_text()
 
@@ -85,6 +86,6 @@ def test_with_a_key_secret_each_attempt_gets_its_own_key(tmp_path: Path) -> None
 
     agent = CommandAgent(CommandSpec(argv=["agent"]), proxy_url="http://p", logs_dir=tmp_path, key="shared", key_secret="s")
     env = agent.environment("ro-1", "at-1", "val", tmp_path, {"input": {}})
-    assert env["OPENAI_API_KEY"] == env["AGL_KEY"] != "shared"
+    assert env["OPENAI_API_KEY"] == env["AGL_KEY"] == env["ANTHROPIC_API_KEY"] != "shared"
     assert verify_attempt_key("s", env["AGL_KEY"]) == AttemptKey("ro-1", "at-1")
     assert "/mode/val/" in env["AGL_OPENAI_BASE_URL"]

@@ -83,3 +83,45 @@ async def test_openai_client_gets_a_completion_and_the_span_decodes_back(
     assert a["gen_ai.usage.prompt_tokens"] == len(a["prompt_token_ids"])
     assert a["gen_ai.usage.completion_tokens"] == len(a["response_token_ids"])
     assert a["gen_ai.request.streaming"] is stream
+
+
+async def _other_api_call(proxy: ServedApp, api: str, stream: bool) -> str:
+    """One call in ``api`` through its official SDK; the text the agent got."""
+    prefix = f"{proxy.url}/rollout/ro-embedded02/attempt/at-0000000f"
+    system, question = MESSAGES[0]["content"], MESSAGES[1]["content"]
+    if api == "anthropic.messages":
+        import anthropic
+
+        async with anthropic.AsyncAnthropic(base_url=prefix, api_key="unused", max_retries=0) as claude:
+            kwargs: dict[str, Any] = dict(model=MODEL, max_tokens=12, system=system,
+                                          messages=[{"role": "user", "content": question}])  # fmt: skip
+            if stream:
+                async with claude.messages.stream(**kwargs) as events:
+                    return "".join([text async for text in events.text_stream])
+            message = await claude.messages.create(**kwargs)
+            return "".join(block.text for block in message.content)  # type: ignore[union-attr]
+    async with openai.AsyncOpenAI(base_url=f"{prefix}/v1", api_key="unused", max_retries=0) as client:
+        if stream:
+            events = await client.responses.create(model=MODEL, instructions=system, input=question,
+                                                   max_output_tokens=12, temperature=0.0, stream=True)  # fmt: skip
+            return "".join([e.delta async for e in events if e.type == "response.output_text.delta"])
+        response = await client.responses.create(model=MODEL, instructions=system, input=question,
+                                                 max_output_tokens=12, temperature=0.0)  # fmt: skip
+        return response.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", ["openai.responses", "anthropic.messages"])
+async def test_responses_and_messages_apis_are_recorded_with_token_ids(
+    topics: Settings, proxy: ServedApp, embedded: tuple[str, Any], api: str, stream: bool
+) -> None:
+    _, tokenizer = embedded
+    text = await _other_api_call(proxy, api, stream)
+    [(_, span)] = await read_spans(topics, expected=1)
+    a = span.attributes
+    assert a["agl.proxy.api"] == api and a["gen_ai.request.streaming"] is stream
+    expected_prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    assert tokenizer.decode(a["prompt_token_ids"]) == expected_prompt  # the system prompt became the system message
+    assert 0 < len(a["response_token_ids"]) <= 12
+    assert tokenizer.decode(a["response_token_ids"], skip_special_tokens=True) == text
+    assert len(a["response_logprobs"]) == len(a["response_token_ids"]) and a["agl.policy_version"] == 3

@@ -65,6 +65,11 @@ async def test_a_key_writes_its_attempt_only_on_any_replica_until_the_attempt_fi
         event = await http.post(f"{a.url}/api/rollouts/ro-keysb0001/attempt/at-keysb001/events",
                                 json={"event_type": "reward", "data": {"value": 1}}, headers={"Authorization": f"Bearer {key_a}"})  # fmt: skip
         assert event.status_code == 403
+        for path, body in (("v1/messages", {"model": "fake-model", "max_tokens": 8, "messages": MESSAGES[1:]}),
+                           ("v1/responses", {"model": "fake-model", "input": "hi"})):  # the other APIs, same rule
+            other_api = await http.post(f"{a.url}/rollout/ro-keysb0001/attempt/at-keysb001/{path}", json=body,
+                                        headers={"x-api-key": key_a})  # fmt: skip
+            assert other_api.status_code == 403 and "cannot write attempt at-keysb001" in other_api.text
         assert (await _chat(http, a, "ro-keysa0001", "at-keysa001", forged)).status_code == 401
         assert (await _chat(http, a, "ro-keysb0001", "at-keysb001", TOKEN)).status_code == 200  # the shared token
 
