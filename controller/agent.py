@@ -30,6 +30,7 @@ from agl_stream.emitter import emit_annotation
 from agl_stream.litagent import LitAgent
 from agl_stream.service import mint_attempt_key
 from agl_stream.types import NamedResources, Rollout
+from agl_stream_controller.kubernetes import JobLauncher
 from agl_stream_controller.launch import ProcessResult, run_command
 from agl_stream_controller.outcome import failure_reason
 from agl_stream_controller.spec import CommandSpec, mapped_env, task_document
@@ -54,8 +55,11 @@ class CommandAgent(LitAgent[Any]):
     needs_resources = False
 
     def __init__(self, spec: CommandSpec, *, proxy_url: str, logs_dir: Path, key: Optional[str] = None,
-                 key_secret: Optional[str] = None, inherit_env: bool = True) -> None:  # fmt: skip
+                 key_secret: Optional[str] = None, inherit_env: bool = True,
+                 jobs: Optional[JobLauncher] = None) -> None:  # fmt: skip
+        """``jobs``: run each attempt as a Kubernetes Job (:mod:`.kubernetes`) instead of a local process."""
         super().__init__()
+        self.jobs = jobs
         self.spec = spec
         self.proxy_url = proxy_url.rstrip("/")
         self.logs_dir = logs_dir
@@ -72,14 +76,20 @@ class CommandAgent(LitAgent[Any]):
         folder.mkdir(parents=True, exist_ok=True)
         document = task_document(task, rollout_id=rollout.rollout_id, attempt_id=attempt_id, mode=rollout.mode)
         env = self.environment(rollout.rollout_id, attempt_id, rollout.mode, folder, document)
-        stdin = json.dumps(document).encode() if self.spec.input.stdin else None
-        result = await run_command(self.spec.argv, env=env, log_path=folder / "output.log", limits=self.spec.limits,
-                                   stdin_data=stdin, cwd=self.spec.cwd, log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
+        if self.jobs is not None:
+            result = await self.jobs.run(rollout_id=rollout.rollout_id, attempt_id=attempt_id, env=env,
+                                         log_path=folder / "output.log", timeout_seconds=self.spec.limits.timeout_seconds,
+                                         argv=self.spec.argv or None, memory_bytes=self.spec.limits.memory_bytes,
+                                         log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
+        else:
+            stdin = json.dumps(document).encode() if self.spec.input.stdin else None
+            result = await run_command(self.spec.argv, env=env, log_path=folder / "output.log", limits=self.spec.limits,
+                                       stdin_data=stdin, cwd=self.spec.cwd, log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
         reason = failure_reason(result, self.spec.limits)
         _record_process(result, reason)
         if reason is not None:
             raise CommandFailed(f"{reason} (output: {result.log_path})")
-        return read_reward(folder / "reward")
+        return None if self.jobs is not None else read_reward(folder / "reward")  # a pod reports to AGL_EVENT_URL
 
     def environment(self, rollout_id: str, attempt_id: str, mode: Optional[str], folder: Path,
                     document: dict[str, Any]) -> dict[str, str]:  # fmt: skip
@@ -87,10 +97,15 @@ class CommandAgent(LitAgent[Any]):
         base = f"{self.proxy_url}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
         v1_mode = "train" if mode == "train" else "val"  # upstream v1.0's two route modes
         v1_base = f"{self.proxy_url}/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{v1_mode}/openai/v1"
-        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "")}
-        env.update(self.spec.env)
-        env.update(mapped_env(self.spec.input.env_map, document))
-        if self.spec.input.json_file_env:
+        if self.jobs is not None:  # a pod: only the attempt's variables (never the controller's own), no shared disk
+            env = dict(self.spec.env)
+            env.update(mapped_env(self.spec.input.env_map, document))
+            env["AGL_TASK_JSON"] = json.dumps(document)
+        else:
+            env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "")}
+            env.update(self.spec.env)
+            env.update(mapped_env(self.spec.input.env_map, document))
+        if self.spec.input.json_file_env and self.jobs is None:
             task_file = folder / "task.json"
             task_file.write_text(json.dumps(document))
             env[self.spec.input.json_file_env] = str(task_file)
@@ -101,8 +116,9 @@ class CommandAgent(LitAgent[Any]):
             "ANTHROPIC_BASE_URL": base.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
             "AGL_EVENT_URL": f"{self.proxy_url}/api/rollouts/{rollout_id}/attempt/{attempt_id}/events",
             "AGL_ROLLOUT_ID": rollout_id, "AGL_ATTEMPT_ID": attempt_id, "AGL_ROLLOUT_MODE": mode or "",
-            "AGL_REWARD_FILE": str(folder / "reward"),
         })  # fmt: skip
+        if self.jobs is None:
+            env["AGL_REWARD_FILE"] = str(folder / "reward")
         return env
 
 

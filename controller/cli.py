@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -38,10 +38,16 @@ def controller(
     shutdown_grace: float = typer.Option(30.0, "--shutdown-grace", min=0.0, help="seconds running attempts get on stop"),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka bootstrap (env: AGL_KAFKA_BOOTSTRAP)"),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="live progress (default: on a terminal)"),
+    job_template: Optional[Path] = typer.Option(None, "--job-template", help="run each attempt as a Kubernetes Job made from this batch/v1 Job manifest (YAML or JSON); the command becomes its first container's"),
+    namespace: str = typer.Option("default", "--namespace", help="Kubernetes: the Jobs' namespace"),
+    job_ttl: int = typer.Option(3600, "--job-ttl", min=0, help="Kubernetes: seconds a finished Job is kept (ttlSecondsAfterFinished)"),
+    kube_api: Optional[str] = typer.Option(None, "--kube-api", help="Kubernetes: the API server's URL (default: in-cluster, else the kubeconfig)"),
+    kube_token_file: Optional[Path] = typer.Option(None, "--kube-token-file", help="Kubernetes: a file holding a bearer token for --kube-api"),
 ) -> None:
     """Run a command (any executable) once per attempt; its model calls go through the LLM proxy."""
     from agl_stream.runner.cli import run_agent
     from agl_stream_controller.agent import CommandAgent
+    from agl_stream_controller.kubernetes import JobLauncher, KubernetesOptions
     from agl_stream_controller.spec import CommandSpec
 
     settings = Settings.from_env(kafka_bootstrap=bootstrap, controller_proxy_url=proxy_url, controller_logs_dir=logs_dir)
@@ -61,11 +67,40 @@ def controller(
                        "memory_bytes": memory_mb << 20 if memory_mb else None, "open_files": open_files},
             "log_cap_bytes": log_cap_bytes,
         })  # fmt: skip
+    jobs = None
+    if job_template is not None:
+        if spec.input.stdin:
+            raise typer.BadParameter("--stdin cannot reach a Kubernetes Job; the task is in AGL_TASK_JSON")
+        jobs = JobLauncher(KubernetesOptions(
+            template=_manifest(job_template), namespace=namespace, ttl_seconds=job_ttl, api_url=kube_api,
+            api_token=kube_token_file.read_text().strip() if kube_token_file is not None else None))  # fmt: skip
     agent = CommandAgent(spec, proxy_url=settings.controller_proxy_url, key=settings.ingest_token,
-                         key_secret=settings.attempt_key_secret,
+                         key_secret=settings.attempt_key_secret, jobs=jobs,
                          logs_dir=settings.controller_logs_dir or settings.data_dir / "controller")  # fmt: skip
-    asyncio.run(run_agent(agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
-                          heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress))  # fmt: skip
+
+    async def serve() -> None:
+        try:
+            await run_agent(agent, settings, concurrency=concurrency, max_rollouts=max_rollouts, worker_id=worker_id,
+                            heartbeat_interval=heartbeat_interval, shutdown_grace=shutdown_grace, progress=progress)  # fmt: skip
+        finally:
+            if jobs is not None:
+                await jobs.close()
+
+    asyncio.run(serve())
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    """A Job template file (YAML, of which JSON is a part), checked enough to fail at start, not per attempt."""
+    import yaml
+
+    from agl_stream_controller.kubernetes import JobTemplateError, build_job
+
+    try:
+        template = yaml.safe_load(path.read_text())
+        build_job(template, name="check", rollout_id="r", attempt_id="a", env={}, timeout_seconds=None, ttl_seconds=0)
+    except (OSError, yaml.YAMLError, JobTemplateError, AttributeError, TypeError) as exc:
+        raise typer.BadParameter(f"--job-template {path}: {exc}") from None
+    return template  # type: ignore[no-any-return]
 
 
 def _pairs(items: list[str]) -> dict[str, str]:

@@ -46,6 +46,7 @@ class ProcessResult:
     log_bytes: int  #: everything it wrote
     log_dropped_bytes: int  #: what the cap left out (the middle)
     leftovers_killed: int  #: processes of its tree still alive after the leader ended, killed then
+    ended_by: Optional[str] = None  #: what Kubernetes says ended a Job's pod (``OOMKilled``, ``DeadlineExceeded``)
 
     @property
     def signal(self) -> Optional[int]:

@@ -12,9 +12,12 @@ from agl_stream_controller.spec import Limits
 def failure_reason(result: ProcessResult, limits: Limits) -> Optional[str]:
     """None: the attempt succeeded (exit 0 in time). Otherwise why it failed, in words an operator can act on."""
     if result.timed_out:
-        return f"timeout: still running after {limits.timeout_seconds:g} s; its process group was stopped"
+        stopped = f"its Job was stopped ({result.ended_by})" if result.ended_by else "its process group was stopped"
+        return f"timeout: still running after {limits.timeout_seconds:g} s; {stopped}"
     if result.returncode == 0:
         return None
+    if result.ended_by is not None:
+        return f"{result.ended_by} (exit code {result.returncode})"
     if result.signal is not None:
         name = _signal_name(result.signal)
         if result.signal == signal.SIGXCPU or (

@@ -57,6 +57,10 @@ def render(directory: Path) -> list[Doc]:
         for doc in docs:
             if doc["kind"] not in CLUSTER_SCOPED_KINDS:
                 doc.setdefault("metadata", {})["namespace"] = spec["namespace"]
+            if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):  # as kustomize: ServiceAccount subjects follow
+                for subject in doc.get("subjects", []):
+                    if subject.get("kind") == "ServiceAccount":
+                        subject["namespace"] = spec["namespace"]
     for replica in spec.get("replicas", []):
         target = _one(docs, lambda d: d["metadata"]["name"] == replica["name"] and "replicas" in d.get("spec", {}),
                       f"replicas entry {replica['name']}")
