@@ -10,6 +10,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from agl_stream_trainer.algorithms.grpo import GRPOConfig
 from agl_stream_trainer.backends.hf import BackendConfig, OptimConfig
 from agl_stream_trainer.batching import BatcherConfig
+from agl_stream_trainer.proxy_pause import ProxyPauseConfig
 from agl_stream_trainer.scheduler import SchedulerConfig
 
 
@@ -55,6 +56,8 @@ class TrainerConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     publish_every: int = Field(default=1, ge=1)
+    proxy_pause: ProxyPauseConfig = Field(default_factory=ProxyPauseConfig,
+                                          description="LLM proxy replicas paused around each weight update")
     checkpoint_every: int = Field(default=10, ge=0)
     checkpoint_dir: Optional[Path] = Field(default=None, description="default: <AGL_DATA_DIR>/checkpoints/<run_id>")
     keep_checkpoints: int = Field(default=2, ge=1)

@@ -18,6 +18,7 @@ from agl_stream.config import Settings
 from agl_stream.types import LLM, ResourcesUpdate
 
 from agl_stream_trainer.engines.base import InferenceEngine, Weights
+from agl_stream_trainer.proxy_pause import ProxyPause
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,11 @@ class WeightPublisher:
         resource_name: str = "main_llm",
         sampling_parameters: Optional[dict[str, Any]] = None,
         extra_resources: Optional[dict[str, Any]] = None,
+        proxy_pause: Optional[ProxyPause] = None,
     ) -> None:
+        """``proxy_pause``: the LLM proxies to pause around each engine update (:mod:`.proxy_pause`)."""
         self.engine = engine
+        self.proxy_pause = proxy_pause
         self.producer = producer
         self.settings = settings
         self.resources_id = resources_id
@@ -74,7 +78,11 @@ class WeightPublisher:
 
     async def publish(self, version: int, weights: Weights) -> PublishResult:
         started = time.perf_counter()
-        await self.engine.publish(version, weights)
+        if self.proxy_pause is not None:
+            async with self.proxy_pause.around():
+                await self.engine.publish(version, weights)
+        else:
+            await self.engine.publish(version, weights)
         engine_seconds = time.perf_counter() - started
         update = await self.announce(version)
         result = PublishResult(version, update, engine_seconds, time.perf_counter() - started)

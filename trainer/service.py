@@ -33,6 +33,7 @@ from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.learner import Learner
 from agl_stream_trainer.metrics import JsonlSink, LogSink, MetricsHub, TopicSink, optional_sinks
+from agl_stream_trainer.proxy_pause import ProxyPause
 from agl_stream_trainer.publisher import WeightPublisher
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ class TrainerService:
             if engine is not None:
                 publisher = WeightPublisher(engine, producer, self.settings, resources_id=cfg.resources_id,
                                             sampling_parameters=cfg.sampling_parameters,
-                                            extra_resources=self.extra_resources)
+                                            extra_resources=self.extra_resources,
+                                            proxy_pause=ProxyPause(cfg.proxy_pause, self.settings.ingest_token))  # fmt: skip
             learner = self.learner = Learner(
                 self.settings, policy, tokenizer, cfg.algorithm, cfg.batcher,
                 publisher=publisher, checkpoints=CheckpointManager(checkpoint_dir, cfg.keep_checkpoints),
