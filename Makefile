@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench soak scaling chaos nemesis setup kafka browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo test bench soak scaling chaos nemesis setup kafka js-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 # The venv and Kafka's jars are fetched side by side (two jobs): a fresh `make demo` saves the jars' 45 s.
 setup:
@@ -50,9 +50,17 @@ demo: setup
 # The fault scenarios (tests/faults: kills, pauses, outages, the nemesis) then run alone, in one process: their
 # timeouts and races are measured on a machine that runs nothing else. TEST_WORKERS=0 runs everything in one.
 TEST_WORKERS ?= 2
-test: setup browser upstream frameworks-venv
+test: setup browser upstream frameworks-venv js-agent
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) --ignore=tests/faults $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
+
+# The JavaScript example agent's npm packages (the official openai package), from its committed lockfile.
+# Without Node.js and npm this says so and goes on; its tests are then skipped with that reason.
+JS_AGENT := examples/js_calc_agent
+js-agent: $(JS_AGENT)/node_modules/.package-lock.json
+$(JS_AGENT)/node_modules/.package-lock.json: $(JS_AGENT)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(JS_AGENT) --no-audit --no-fund --loglevel=error; \
+	  else echo "npm is missing: the JavaScript example agent's tests will be skipped"; fi
 
 # Upstream Agent Lightning 0.3.0 in a side venv (never a dependency): the drop-in tests run its own
 # store client, runners and module list against agl-stream. About 70 s once, from the registries.

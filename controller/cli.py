@@ -21,6 +21,7 @@ def controller(
     command: Optional[list[str]] = typer.Argument(None, help="the agent's command and arguments, after --"),
     spec_file: Optional[Path] = typer.Option(None, "--spec", help="a CommandSpec as JSON (instead of the options below)"),
     env_map: Optional[list[str]] = typer.Option(None, "--env-map", help="NAME=path in the task, e.g. QUESTION=input.question (repeat)"),
+    fixed_env: Optional[list[str]] = typer.Option(None, "--env", help="NAME=VALUE for every attempt, e.g. AGENT_MODEL=smollm2 (repeat)"),
     task_file_env: str = typer.Option("AGL_TASK_FILE", "--task-file-env", help="variable naming the task's JSON file ('' for none)"),
     stdin: bool = typer.Option(False, "--stdin/--no-stdin", help="also write the task as JSON to the command's stdin"),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds an attempt may run"),
@@ -61,7 +62,7 @@ def controller(
         raise typer.BadParameter("no command: agl-stream controller [OPTIONS] -- COMMAND [ARGS]...")
     else:
         spec = CommandSpec.model_validate({
-            "argv": command,
+            "argv": command, "env": _pairs(fixed_env or [], "--env", "NAME=VALUE"),
             "input": {"env_map": _pairs(env_map or []), "json_file_env": task_file_env or None, "stdin": stdin},
             "limits": {"timeout_seconds": timeout, "kill_grace_seconds": kill_grace, "cpu_seconds": cpu_seconds,
                        "memory_bytes": memory_mb << 20 if memory_mb else None, "open_files": open_files},
@@ -103,11 +104,11 @@ def _manifest(path: Path) -> dict[str, Any]:
     return template  # type: ignore[no-any-return]
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
+def _pairs(items: list[str], option: str = "--env-map", shape: str = "NAME=path.in.task") -> dict[str, str]:
     pairs = {}
     for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise typer.BadParameter(f"--env-map takes NAME=path.in.task, not {item!r}")
-        pairs[name] = path
+        name, sep, value = item.partition("=")
+        if not sep or not name or (not value and option == "--env-map"):
+            raise typer.BadParameter(f"{option} takes {shape}, not {item!r}")
+        pairs[name] = value
     return pairs

@@ -35,6 +35,13 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
     return "".join(f"<{m['role']}>{m.get('content') or ''}" for m in messages) + "<assistant>"
 
 
+def calculator_reply(last: str) -> str:
+    """``CALC a * b`` for "What is a * b?", the value for "RESULT v"."""
+    if last.startswith("RESULT "):
+        return last.removeprefix("RESULT ").strip()
+    return "CALC " + last.removeprefix("What is ").rstrip("?").strip()
+
+
 def create_fake_backend() -> FastAPI:
     app = FastAPI()
     app.state.requests = []
@@ -54,6 +61,8 @@ def create_fake_backend() -> FastAPI:
             return JSONResponse({"error": {"message": "backend exploded", "type": "server_error"}}, status_code=500)
         prompt = render_chat(body["messages"]) if chat else body["prompt"]
         reply = REPLY[: body.get("max_tokens") or len(REPLY)]
+        if chat and body.get("model") == "calculator":  # a perfect player of the calculator protocol (examples/calc_agent)
+            reply = calculator_reply(str(body["messages"][-1].get("content") or ""))
         prompt_ids, reply_ids = tokenize(prompt), tokenize(reply)
         want_ids = bool(body.get("return_token_ids"))
         want_logprobs = bool(body.get("logprobs"))
