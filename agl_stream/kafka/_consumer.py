@@ -259,7 +259,7 @@ class RecordConsumer:
             for tp in assigned:
                 if not await read_to_fetched_end(self._consumer, tp):
                     return False
-        except IllegalStateError:  # revoked while we looked: a rebalance is not a caught-up state
+        except (IllegalStateError, AssertionError):  # revoked while we looked (aiokafka asserts): not caught up
             return False
         return True
 

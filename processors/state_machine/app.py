@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from aiokafka.errors import IllegalStateError
 from aiokafka.partitioner import DefaultPartitioner
 
 from agl_stream.config import Settings
@@ -254,8 +255,12 @@ class RolloutStateMachine:
             processed = self._processed_to.get(key)
             if position is not None and processed is not None and processed + 1 < position:
                 position = processed  # fetched, not yet processed
-            polled = raw.last_poll_timestamp(tp)
-            self._progress.fetched(key, position, consumer.highwater(tp), polled / 1000.0 if polled is not None else None)
+            try:
+                polled = raw.last_poll_timestamp(tp)
+                highwater = consumer.highwater(tp)
+            except (AssertionError, IllegalStateError):  # revoked while position() was awaited: aiokafka asserts
+                continue  # the partition is no longer this app's (nemesis seed 303: the watchdog crashed here)
+            self._progress.fetched(key, position, highwater, polled / 1000.0 if polled is not None else None)
 
     def health(self) -> dict[str, Any]:
         return {

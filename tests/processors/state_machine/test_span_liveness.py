@@ -114,3 +114,39 @@ async def test_a_partition_reassigned_while_its_batch_is_handled_leaves_the_read
     finally:
         await reader.stop()
     assert lag is not None and lag < 2.0, f"the reader's clock is {lag} s behind: a reassigned partition stayed in it"
+
+
+async def test_a_partition_revoked_while_its_position_is_read_is_skipped_not_a_crash() -> None:
+    """Nemesis seed 303 (d8aa692): the watchdog's note of faust's fetches awaited a partition's position,
+    the partition was revoked meanwhile, and aiokafka's ``last_poll_timestamp`` asserted: the app crashed."""
+    from types import SimpleNamespace
+
+    from aiokafka import TopicPartition
+
+    sm = RolloutStateMachine(Settings())
+    kept, revoked = TopicPartition(sm.settings.topic("tasks"), 0), TopicPartition(sm.settings.topic("tasks"), 1)
+    assigned = {kept, revoked}
+
+    class Raw:
+        def last_poll_timestamp(self, tp: TopicPartition) -> int:
+            assert tp in assigned, "Partition is not assigned"  # aiokafka's own check
+            return 1_000
+
+    class Consumer:
+        _thread = SimpleNamespace(_ensure_consumer=Raw)
+
+        def assignment(self) -> set[TopicPartition]:
+            return set(assigned)
+
+        async def position(self, tp: TopicPartition) -> int:
+            if tp == revoked:
+                assigned.discard(revoked)  # a rebalance while the position was awaited
+            return 7
+
+        def highwater(self, tp: TopicPartition) -> int:
+            assert tp in assigned, "Partition is not assigned"
+            return 7
+
+    sm._app = SimpleNamespace(consumer=Consumer())  # noqa: SLF001
+    await sm._note_fetches()  # noqa: SLF001 - raised AssertionError before the fix
+    assert sm._progress.lag_seconds(2.0) is not None  # noqa: SLF001 - the partition still held was noted
