@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench soak scaling chaos nemesis setup kafka js-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo js-demo test bench soak scaling chaos nemesis setup kafka js-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 # The venv and Kafka's jars are fetched side by side (two jobs): a fresh `make demo` saves the jars' 45 s.
 setup:
@@ -44,6 +44,11 @@ kafka:
 
 demo: setup
 	$(BIN)/python -m examples.demo
+
+# The same job with the agent written in JavaScript (examples/js_calc_agent), run unchanged per attempt by the
+# rollout controller behind the LLM proxy (examples/js_demo.py). AGL_DEMO_SEED=N picks the seed.
+js-demo: setup js-agent
+	$(BIN)/python -m examples.js_demo
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (each its own local broker); most tests wait on brokers,
 # processes and timers rather than compute, so two workers on a 2-core CI machine roughly halve the wall time.

@@ -1,0 +1,131 @@
+"""``make js-demo``: the demo's job, with the agent written in JavaScript and run unchanged by the controller.
+
+The same task, model, learner and held-out evaluation as ``make demo`` (``examples/demo.py``), but the agent
+is ``examples/js_calc_agent/agent.mjs``: a Node.js program with the official ``openai`` package and no
+agl-stream code. The runner processes run it once per attempt through the rollout controller's agent
+(``agl_stream_controller.CommandAgent``); its model calls go to the LLM proxy started here in front of the
+learner's embedded engine, which records each call with its token ids, so the learner trains on them.
+
+Environment knobs as the demo's (``AGL_DEMO_STEPS``, ``AGL_DEMO_TRAIN_SECONDS``, ``AGL_DEMO_SEED``,
+``AGL_DEMO_MODEL``, ``AGL_DEMO_VAL``, ``AGL_DEMO_EVAL_SAMPLES``); the data folder is ``.agl/js-demo``
+(``AGL_DATA_DIR``), the plot ``reports/js-demo-seed<N>.png``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from agl_stream import Settings
+from agl_stream.broker import local_broker
+from agl_stream.execution.local_stack import LocalStack
+from agl_stream.service import ServiceProcess
+from agl_stream.trainer import Trainer
+from agl_stream_controller import CommandSpec
+from agl_stream_controller.agent import CommandAgent
+from examples.demo import console, describe, load, plot, show, summarize, trainer_config
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENT_DIR = ROOT / "examples" / "js_calc_agent"
+AGL = [sys.executable, "-m", "agl_stream.cli.main"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until_up(url: str, proxy: ServiceProcess, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proxy.check()
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"the LLM proxy did not answer at {url} within {timeout:.0f} s")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    node = shutil.which("node")
+    if node is None or not (AGENT_DIR / "node_modules" / "openai").is_dir():
+        console.print("[red]Node.js and the agent's npm packages are needed: install Node.js 20+, then `make js-agent`")
+        return 2
+    steps = int(os.environ.get("AGL_DEMO_STEPS", "6"))
+    train_seconds = float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360"))
+    seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
+    model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
+    n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
+    eval_samples = int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2"))
+    data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / "js-demo"))
+    if data_dir.exists() and "AGL_DATA_DIR" not in os.environ:
+        shutil.rmtree(data_dir)
+    settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
+    train, val = load("train"), load("val", n_val)
+
+    import torch
+
+    from agl_stream import RL
+
+    torch.manual_seed(seed)
+    console.rule("[bold]agl-stream js-demo: a JavaScript agent, run unchanged per attempt, learns the calculator task")
+    started = time.monotonic()
+    engine_port, proxy_port = free_port(), free_port()
+    config = trainer_config(steps, model, seed, train_seconds)
+    config["run_id"] = "demo"  # the summary's queries select this run
+    config["engine"] = {**config["engine"], "port": engine_port}
+    logs = data_dir / "logs"
+    with local_broker(settings, log_file=logs / "broker.log", data_dir=data_dir / "broker") as broker:
+        settings = Settings.model_validate({**settings.model_dump(), "kafka_bootstrap": broker.bootstrap})
+        # the processors as a job's own stack starts them (Trainer.fit would, with a broker of its own; the proxy
+        # needs the broker first), then the proxy in front of the learner's engine, which starts with the learner
+        stack = LocalStack(settings, processors=True, log_dir=logs)
+        asyncio.run(stack.start())
+        proxy = ServiceProcess("proxy", [*AGL, "ingest", "proxy", "--backend", f"{model}=http://127.0.0.1:{engine_port}/v1",
+                                         "--port", str(proxy_port)], env=stack.env(), log_path=logs / "proxy.log").start()  # fmt: skip
+        try:
+            wait_until_up(f"http://127.0.0.1:{proxy_port}/health", proxy)
+            spec = CommandSpec.model_validate({
+                "argv": [node, str(AGENT_DIR / "agent.mjs")], "env": {"AGENT_MODEL": model},
+                "limits": {"timeout_seconds": 300},
+            })  # fmt: skip
+            agent = CommandAgent(spec, proxy_url=f"http://127.0.0.1:{proxy_port}", logs_dir=data_dir / "attempts")
+            console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out questions x "
+                          f"{eval_samples} answers, {steps} learner steps, model {model}, seed {seed}; the agent: "
+                          f"node {AGENT_DIR / 'agent.mjs'}; logs in {logs}")  # fmt: skip
+            algorithm = RL(config, output_dir=data_dir / "run", eval_samples=eval_samples)
+            report = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings).fit(agent, train, val)
+        finally:
+            proxy.stop()
+            stack.stop()
+        console.rule("[bold]results (from ClickHouse SQL)")
+        summary = summarize(settings)
+    elapsed = time.monotonic() - started
+    steps_rows = summary.pop("steps")
+    for title, rows in summary.items():
+        show(title, rows)
+    png = ROOT / "reports" / f"js-demo-seed{seed}.png"
+    plot(steps_rows, {**report, "train_by_version": summary["training answers per policy version"]}, png)
+    console.rule("[bold]held-out validation: task success")
+    describe(report)
+    console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; report: {report.get('run_dir')}/report.json; "
+                  f"finished in {elapsed / 60:.1f} min")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
