@@ -33,7 +33,7 @@ from agl_stream.types import NamedResources, Rollout
 from agl_stream_controller.kubernetes import JobLauncher
 from agl_stream_controller.launch import ProcessResult, run_command
 from agl_stream_controller.outcome import failure_reason
-from agl_stream_controller.spec import CommandSpec, mapped_env, task_document
+from agl_stream_controller.spec import CommandSpec, Limits, mapped_env, rendered_argv, task_document
 
 #: the attributes of the attempt's annotation that describes its process
 PROCESS_SPAN_PREFIX = "agl.controller.process"
@@ -76,20 +76,47 @@ class CommandAgent(LitAgent[Any]):
         folder.mkdir(parents=True, exist_ok=True)
         document = task_document(task, rollout_id=rollout.rollout_id, attempt_id=attempt_id, mode=rollout.mode)
         env = self.environment(rollout.rollout_id, attempt_id, rollout.mode, folder, document)
+        argv = rendered_argv(self.spec.argv, document) if self.spec.input.argv_template else self.spec.argv
         if self.jobs is not None:
             result = await self.jobs.run(rollout_id=rollout.rollout_id, attempt_id=attempt_id, env=env,
                                          log_path=folder / "output.log", timeout_seconds=self.spec.limits.timeout_seconds,
-                                         argv=self.spec.argv or None, memory_bytes=self.spec.limits.memory_bytes,
+                                         argv=argv, memory_bytes=self.spec.limits.memory_bytes,
                                          log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
         else:
             stdin = json.dumps(document).encode() if self.spec.input.stdin else None
-            result = await run_command(self.spec.argv, env=env, log_path=folder / "output.log", limits=self.spec.limits,
+            result = await run_command(argv, env=env, log_path=folder / "output.log", limits=self.spec.limits,
                                        stdin_data=stdin, cwd=self.spec.cwd, log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
         reason = failure_reason(result, self.spec.limits)
         _record_process(result, reason)
         if reason is not None:
             raise CommandFailed(f"{reason} (output: {result.log_path})")
-        return None if self.jobs is not None else read_reward(folder / "reward")  # a pod reports to AGL_EVENT_URL
+        if self.jobs is not None:
+            return None  # a pod reports to AGL_EVENT_URL
+        if self.spec.check is not None:
+            return await self._check(env, folder, result.log_path)
+        return read_reward(folder / "reward")
+
+    async def _check(self, env: dict[str, str], folder: Path, output: Path) -> Optional[float]:
+        """The check command's verdict on the agent's work: the reward it wrote, else its last line; None if neither."""
+        assert self.spec.check is not None
+        limits = Limits(timeout_seconds=self.spec.check_timeout_seconds)
+        result = await run_command(self.spec.check, env={**env, "AGL_OUTPUT_FILE": str(output)},
+                                   log_path=folder / "check.log", limits=limits, cwd=self.spec.cwd,
+                                   log_cap_bytes=self.spec.log_cap_bytes)  # fmt: skip
+        reason = failure_reason(result, limits)
+        if reason is not None:
+            raise CommandFailed(f"check failed: {reason} (output: {result.log_path})")
+        reward = read_reward(folder / "reward")
+        if reward is not None:
+            return reward
+        lines = result.log_path.read_text(errors="replace").strip().splitlines()
+        if not lines:
+            return None
+        try:
+            return float(lines[-1])
+        except ValueError:
+            raise RewardUnreadable(f"the check wrote no reward file and its last line is not a number: "
+                                   f"{lines[-1][:80]!r} ({result.log_path})") from None
 
     def environment(self, rollout_id: str, attempt_id: str, mode: Optional[str], folder: Path,
                     document: dict[str, Any]) -> dict[str, str]:  # fmt: skip

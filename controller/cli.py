@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,6 +25,9 @@ def controller(
     fixed_env: Optional[list[str]] = typer.Option(None, "--env", help="NAME=VALUE for every attempt, e.g. AGENT_MODEL=smollm2 (repeat)"),
     task_file_env: str = typer.Option("AGL_TASK_FILE", "--task-file-env", help="variable naming the task's JSON file ('' for none)"),
     stdin: bool = typer.Option(False, "--stdin/--no-stdin", help="also write the task as JSON to the command's stdin"),
+    argv_template: bool = typer.Option(False, "--template-args", help="fill {path.in.task} in the command's arguments, e.g. {input.question} (no shell: each stays one argument)"),
+    check: Optional[str] = typer.Option(None, "--check", help="a program and its arguments (split into words as a shell would; no shell runs it), run after the agent exits 0 with AGL_OUTPUT_FILE, AGL_TASK_FILE and AGL_REWARD_FILE: it writes the reward or prints it last"),
+    check_timeout: float = typer.Option(60.0, "--check-timeout", min=0.001, help="seconds the check may take"),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds an attempt may run"),
     kill_grace: float = typer.Option(5.0, "--kill-grace", min=0.0, help="seconds between SIGTERM and SIGKILL at the timeout"),
     cpu_seconds: Optional[int] = typer.Option(None, "--cpu-seconds", min=1, help="CPU seconds an attempt may use"),
@@ -63,7 +67,9 @@ def controller(
     else:
         spec = CommandSpec.model_validate({
             "argv": command, "env": _pairs(fixed_env or [], "--env", "NAME=VALUE"),
-            "input": {"env_map": _pairs(env_map or []), "json_file_env": task_file_env or None, "stdin": stdin},
+            "input": {"env_map": _pairs(env_map or []), "json_file_env": task_file_env or None, "stdin": stdin,
+                      "argv_template": argv_template},
+            "check": shlex.split(check) if check else None, "check_timeout_seconds": check_timeout,
             "limits": {"timeout_seconds": timeout, "kill_grace_seconds": kill_grace, "cpu_seconds": cpu_seconds,
                        "memory_bytes": memory_mb << 20 if memory_mb else None, "open_files": open_files},
             "log_cap_bytes": log_cap_bytes,

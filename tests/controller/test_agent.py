@@ -89,3 +89,47 @@ def test_with_a_key_secret_each_attempt_gets_its_own_key(tmp_path: Path) -> None
     assert env["OPENAI_API_KEY"] == env["AGL_KEY"] == env["ANTHROPIC_API_KEY"] != "shared"
     assert verify_attempt_key("s", env["AGL_KEY"]) == AttemptKey("ro-1", "at-1")
     assert "/mode/val/" in env["AGL_OPENAI_BASE_URL"]
+
+
+CHECK = textwrap.dedent("""
+    import json, os, sys
+    task = json.load(open(os.environ["AGL_TASK_FILE"]))
+    said = open(os.environ["AGL_OUTPUT_FILE"]).read()
+    if task["input"].get("broken_check"):
+        sys.exit(4)
+    print("checking", repr(said.strip()))
+    print(1.0 if said.strip() == task["input"]["question"].upper() else 0.0)
+""")
+
+
+@pytest.mark.integration
+async def test_a_third_party_cli_gets_the_task_as_arguments_and_a_check_script_sets_the_reward(
+    topics: Settings, tmp_path: Path
+) -> None:
+    """What an unchanged command-line agent needs: the task in its arguments, and a check that grades its output."""
+    tasks = [{"question": "say it; $(rm -rf /)", "right": True}, {"question": "say it", "broken_check": True}]
+    ids = await _enqueue(topics, tasks, mode="train")
+    # the "CLI": prints its first argument upper-cased, as a third-party tool prints its answer
+    spec = CommandSpec.model_validate({
+        "argv": [sys.executable, "-c", "import sys; print(sys.argv[1].upper())", "{input.question}"],
+        "input": {"argv_template": True}, "check": [sys.executable, "-c", CHECK],
+    })  # fmt: skip
+    agent = CommandAgent(spec, proxy_url="http://proxy.test:4000", logs_dir=tmp_path / "logs")
+    stats = await run_with_timeout(LitAgentRunner(agent, topics, max_rollouts=2, heartbeat_interval=0.2).run())
+    assert (stats.rollouts_succeeded, stats.rollouts_failed) == (1, 1)  # type: ignore[attr-defined]
+    finished = _finished(await collect(topics, "attempts", AttemptEvent, lambda ev: len(_finished(ev)) >= 2))
+    good, bad = finished[ids[0]], finished[ids[1]]
+    # the shell-looking question reached the program as one argument, untouched, and the check graded it right
+    assert good.status == "succeeded" and good.metadata["final_reward"] == 1.0
+    assert (tmp_path / "logs" / ids[0] / good.attempt_id / "output.log").read_text() == "SAY IT; $(RM -RF /)\n"
+    assert bad.status == "failed" and (bad.error or "").startswith("CommandFailed: check failed: exit code 4")
+
+
+def test_argument_templates_fill_task_fields_and_keep_literal_braces() -> None:
+    from agl_stream_controller.spec import TaskFieldMissing, rendered_argv
+
+    document = {"input": {"question": "What is 2 * 3?", "numbers": [4, 5], "meta": {"k": 1}}}
+    assert rendered_argv(["llm", "{input.question}", "n={input.numbers.1}", "{input.meta}", "{{not}}", "{"], document) == [
+        "llm", "What is 2 * 3?", "n=5", '{"k": 1}', "{not}", "{"]  # fmt: skip
+    with pytest.raises(TaskFieldMissing, match="argument {input.missing}"):
+        rendered_argv(["{input.missing}"], document)
