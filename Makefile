@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo js-demo test bench soak scaling chaos nemesis setup kafka js-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo js-demo cli-demo test bench soak scaling chaos nemesis setup kafka js-agent cli-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 # The venv and Kafka's jars are fetched side by side (two jobs): a fresh `make demo` saves the jars' 45 s.
 setup:
@@ -45,17 +45,20 @@ kafka:
 demo: setup
 	$(BIN)/python -m examples.demo
 
-# The same job with the agent written in JavaScript (examples/js_calc_agent), run unchanged per attempt by the
-# rollout controller behind the LLM proxy (examples/js_demo.py). AGL_DEMO_SEED=N picks the seed.
+# The same job with an agent that is a program, run unchanged per attempt by the rollout controller behind the
+# LLM proxy (examples/controller_demo.py): the calculator agent in JavaScript (examples/js_calc_agent), or the
+# llm CLI from PyPI on the arithmetic task (examples/cli_agent). AGL_DEMO_SEED=N picks the seed.
 js-demo: setup js-agent
-	$(BIN)/python -m examples.js_demo
+	$(BIN)/python -m examples.controller_demo js
+cli-demo: setup cli-agent
+	$(BIN)/python -m examples.controller_demo llm
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (each its own local broker); most tests wait on brokers,
 # processes and timers rather than compute, so two workers on a 2-core CI machine roughly halve the wall time.
 # The fault scenarios (tests/faults: kills, pauses, outages, the nemesis) then run alone, in one process: their
 # timeouts and races are measured on a machine that runs nothing else. TEST_WORKERS=0 runs everything in one.
 TEST_WORKERS ?= 2
-test: setup browser upstream frameworks-venv js-agent
+test: setup browser upstream frameworks-venv js-agent cli-agent
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) --ignore=tests/faults $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
 
@@ -66,6 +69,20 @@ js-agent: $(JS_AGENT)/node_modules/.package-lock.json
 $(JS_AGENT)/node_modules/.package-lock.json: $(JS_AGENT)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(JS_AGENT) --no-audit --no-fund --loglevel=error; \
 	  else echo "npm is missing: the JavaScript example agent's tests will be skipped"; fi
+
+# A third-party command-line agent from PyPI, run unchanged per attempt by the controller: Simon Willison's `llm`
+# (examples/cli_agent), in a side venv of its own (it needs openai 3; agl-stream pins 2). Its user folder
+# (LLM_USER_PATH=.agl/llm-home) is set up once here, as a first run would: every llm process migrates its
+# log database at start, and concurrent first runs race on it ("table messages already exists").
+CLI_AGENT_VENV  := .agl/llm-venv
+CLI_AGENT_STAMP := $(CLI_AGENT_VENV)/.agl-installed
+cli-agent: $(CLI_AGENT_STAMP)
+$(CLI_AGENT_STAMP): requirements/llm-cli-constraints.txt
+	test -x $(CLI_AGENT_VENV)/bin/python || $(PYTHON) -m venv $(CLI_AGENT_VENV)
+	$(CLI_AGENT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c requirements/llm-cli-constraints.txt llm==0.36
+	mkdir -p .agl/llm-home
+	$(CLI_AGENT_VENV)/bin/python -c "import llm.migrations, sqlite_utils; llm.migrations.migrate(sqlite_utils.Database('.agl/llm-home/logs.db'))"
+	touch $(CLI_AGENT_STAMP)
 
 # Upstream Agent Lightning 0.3.0 in a side venv (never a dependency): the drop-in tests run its own
 # store client, runners and module list against agl-stream. About 70 s once, from the registries.

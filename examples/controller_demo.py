@@ -1,26 +1,33 @@
-"""``make js-demo``: the demo's job, with the agent written in JavaScript and run unchanged by the controller.
+"""``make js-demo`` / ``make cli-demo``: the demo's job with an agent that is a program, run unchanged per attempt.
 
-The same task, model, learner and held-out evaluation as ``make demo`` (``examples/demo.py``), but the agent
-is ``examples/js_calc_agent/agent.mjs``: a Node.js program with the official ``openai`` package and no
-agl-stream code. The runner processes run it once per attempt through the rollout controller's agent
-(``agl_stream_controller.CommandAgent``); its model calls go to the LLM proxy started here in front of the
-learner's embedded engine, which records each call with its token ids, so the learner trains on them.
+The same model, learner and held-out evaluation as ``make demo`` (``examples/demo.py``), but the agent is not
+Python code of ours: the runner processes run a program once per attempt through the rollout controller's
+agent (``agl_stream_controller.CommandAgent``), and its model calls go to the LLM proxy started here in front of
+the learner's embedded engine, which records each call with its token ids, so the learner trains on them.
 
-Environment knobs as the demo's (``AGL_DEMO_STEPS``, ``AGL_DEMO_TRAIN_SECONDS``, ``AGL_DEMO_SEED``,
-``AGL_DEMO_MODEL``, ``AGL_DEMO_VAL``, ``AGL_DEMO_EVAL_SAMPLES``); the data folder is ``.agl/js-demo``
-(``AGL_DATA_DIR``), the plot ``reports/js-demo-seed<N>.png``.
+- ``js``: ``examples/js_calc_agent/agent.mjs``, a Node.js program with the official ``openai`` package, on the
+  demo's calculator task (``examples/calc_agent/data``);
+- ``llm``: Simon Willison's ``llm`` CLI from PyPI (``examples/cli_agent``), its answer graded by
+  ``examples/cli_agent/check.py``, on the arithmetic task (``examples/arithmetic/data``).
+
+``python -m examples.controller_demo js|llm``. Environment knobs as the demo's (``AGL_DEMO_STEPS``,
+``AGL_DEMO_TRAIN_SECONDS``, ``AGL_DEMO_SEED``, ``AGL_DEMO_MODEL``, ``AGL_DEMO_VAL``, ``AGL_DEMO_EVAL_SAMPLES``);
+the data folder is ``.agl/<name>-demo`` (``AGL_DATA_DIR``), the plot ``reports/<name>-demo-seed<N>.png``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 import httpx
 
@@ -31,11 +38,49 @@ from agl_stream.service import ServiceProcess
 from agl_stream.trainer import Trainer
 from agl_stream_controller import CommandSpec
 from agl_stream_controller.agent import CommandAgent
-from examples.demo import console, describe, load, plot, show, summarize, trainer_config
+from examples.demo import console, describe, plot, show, summarize, trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_DIR = ROOT / "examples" / "js_calc_agent"
+LLM_CLI = ROOT / ".agl" / "llm-venv" / "bin" / "llm"
+LLM_HOME = ROOT / ".agl" / "llm-home"
 AGL = [sys.executable, "-m", "agl_stream.cli.main"]
+#: the system prompt the CLI agent is run with (the arithmetic example's)
+CLI_SYSTEM_PROMPT = "You are a calculator. Reply with only the final number, nothing else."
+
+
+@dataclass(frozen=True)
+class ProgramAgent:
+    """What the demo runs per attempt, the model name it asks for, and its task."""
+
+    spec: dict[str, Any]
+    model_name: str
+    data: Path
+    missing: Optional[str]  #: why it cannot run here, or None
+
+
+def program_agent(name: str, model: str) -> ProgramAgent:
+    if name == "js":
+        node = shutil.which("node")
+        missing = None if node and (AGENT_DIR / "node_modules" / "openai").is_dir() else \
+            "Node.js 20+ and the agent's npm packages are needed: install Node.js, then `make js-agent`"
+        spec = {"argv": [node or "node", str(AGENT_DIR / "agent.mjs")], "env": {"AGENT_MODEL": model},
+                "limits": {"timeout_seconds": 300}}  # fmt: skip
+        return ProgramAgent(spec, model, ROOT / "examples" / "calc_agent" / "data", missing)
+    if name == "llm":
+        missing = None if LLM_CLI.exists() and (LLM_HOME / "logs.db").exists() else "the llm CLI is needed: `make cli-agent`"
+        spec = {"argv": [str(LLM_CLI), "--no-log", "-m", "gpt-4o-mini", "-s", CLI_SYSTEM_PROMPT, "{input.question}"],
+                "input": {"argv_template": True}, "limits": {"timeout_seconds": 300},
+                # its user folder, set up once by `make cli-agent` (concurrent first runs race on its database)
+                "env": {"LLM_USER_PATH": str(LLM_HOME)},
+                "check": [sys.executable, str(ROOT / "examples" / "cli_agent" / "check.py")]}  # fmt: skip
+        return ProgramAgent(spec, "gpt-4o-mini", ROOT / "examples" / "arithmetic" / "data", missing)
+    raise SystemExit(f"usage: python -m examples.controller_demo js|llm (not {name!r})")
+
+
+def load_rows(data: Path, name: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in (data / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    return rows[:limit] if limit else rows
 
 
 def free_port() -> int:
@@ -61,28 +106,29 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    node = shutil.which("node")
-    if node is None or not (AGENT_DIR / "node_modules" / "openai").is_dir():
-        console.print("[red]Node.js and the agent's npm packages are needed: install Node.js 20+, then `make js-agent`")
-        return 2
+    name = sys.argv[1] if len(sys.argv) > 1 else "js"
     steps = int(os.environ.get("AGL_DEMO_STEPS", "6"))
     train_seconds = float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360"))
     seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
     model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
     n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
     eval_samples = int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2"))
-    data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / "js-demo"))
+    program = program_agent(name, model)
+    if program.missing is not None:
+        console.print(f"[red]{program.missing}")
+        return 2
+    data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / f"{name}-demo"))
     if data_dir.exists() and "AGL_DATA_DIR" not in os.environ:
         shutil.rmtree(data_dir)
     settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
-    train, val = load("train"), load("val", n_val)
+    train, val = load_rows(program.data, "train"), load_rows(program.data, "val", n_val)
 
     import torch
 
     from agl_stream import RL
 
     torch.manual_seed(seed)
-    console.rule("[bold]agl-stream js-demo: a JavaScript agent, run unchanged per attempt, learns the calculator task")
+    console.rule(f"[bold]agl-stream {name}-demo: a program, run unchanged per attempt by the controller, learns its task")
     started = time.monotonic()
     engine_port, proxy_port = free_port(), free_port()
     config = trainer_config(steps, model, seed, train_seconds)
@@ -95,18 +141,16 @@ def main() -> int:
         # needs the broker first), then the proxy in front of the learner's engine, which starts with the learner
         stack = LocalStack(settings, processors=True, log_dir=logs)
         asyncio.run(stack.start())
-        proxy = ServiceProcess("proxy", [*AGL, "ingest", "proxy", "--backend", f"{model}=http://127.0.0.1:{engine_port}/v1",
+        proxy = ServiceProcess("proxy", [*AGL, "ingest", "proxy", "--backend",
+                                         f"{program.model_name}=http://127.0.0.1:{engine_port}/v1",
                                          "--port", str(proxy_port)], env=stack.env(), log_path=logs / "proxy.log").start()  # fmt: skip
         try:
             wait_until_up(f"http://127.0.0.1:{proxy_port}/health", proxy)
-            spec = CommandSpec.model_validate({
-                "argv": [node, str(AGENT_DIR / "agent.mjs")], "env": {"AGENT_MODEL": model},
-                "limits": {"timeout_seconds": 300},
-            })  # fmt: skip
+            spec = CommandSpec.model_validate(program.spec)
             agent = CommandAgent(spec, proxy_url=f"http://127.0.0.1:{proxy_port}", logs_dir=data_dir / "attempts")
             console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out questions x "
                           f"{eval_samples} answers, {steps} learner steps, model {model}, seed {seed}; the agent: "
-                          f"node {AGENT_DIR / 'agent.mjs'}; logs in {logs}")  # fmt: skip
+                          f"{' '.join(spec.argv)}; logs in {logs}")  # fmt: skip
             algorithm = RL(config, output_dir=data_dir / "run", eval_samples=eval_samples)
             report = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings).fit(agent, train, val)
         finally:
@@ -118,7 +162,7 @@ def main() -> int:
     steps_rows = summary.pop("steps")
     for title, rows in summary.items():
         show(title, rows)
-    png = ROOT / "reports" / f"js-demo-seed{seed}.png"
+    png = ROOT / "reports" / f"{name}-demo-seed{seed}.png"
     plot(steps_rows, {**report, "train_by_version": summary["training answers per policy version"]}, png)
     console.rule("[bold]held-out validation: task success")
     describe(report)
