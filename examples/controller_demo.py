@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -32,13 +31,13 @@ from typing import Any, Optional
 import httpx
 
 from agl_stream import Settings
-from agl_stream.broker import local_broker
+from agl_stream.broker import free_port, local_broker
 from agl_stream.execution.local_stack import LocalStack
 from agl_stream.service import ServiceProcess
 from agl_stream.trainer import Trainer
 from agl_stream_controller import CommandSpec
 from agl_stream_controller.agent import CommandAgent
-from examples.demo import console, describe, plot, show, summarize, trainer_config
+from examples.demo import console, present, trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_DIR = ROOT / "examples" / "js_calc_agent"
@@ -81,12 +80,6 @@ def program_agent(name: str, model: str) -> ProgramAgent:
 def load_rows(data: Path, name: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in (data / f"{name}.jsonl").read_text().splitlines() if line.strip()]
     return rows[:limit] if limit else rows
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until_up(url: str, proxy: ServiceProcess, timeout: float = 60.0) -> None:
@@ -156,18 +149,7 @@ def main() -> int:
         finally:
             proxy.stop()
             stack.stop()
-        console.rule("[bold]results (from ClickHouse SQL)")
-        summary = summarize(settings)
-    elapsed = time.monotonic() - started
-    steps_rows = summary.pop("steps")
-    for title, rows in summary.items():
-        show(title, rows)
-    png = ROOT / "reports" / f"{name}-demo-seed{seed}.png"
-    plot(steps_rows, {**report, "train_by_version": summary["training answers per policy version"]}, png)
-    console.rule("[bold]held-out validation: task success")
-    describe(report)
-    console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; report: {report.get('run_dir')}/report.json; "
-                  f"finished in {elapsed / 60:.1f} min")  # fmt: skip
+    present(settings, report, ROOT / "reports" / f"{name}-demo-seed{seed}.png", time.monotonic() - started)
     return 0
 
 

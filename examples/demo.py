@@ -225,18 +225,22 @@ def main() -> int:
     report = trainer.fit(AGENT, train, val)
     elapsed = time.monotonic() - started
 
+    present(settings, report, ROOT / "reports" / "demo.png", elapsed)
+    return 0
+
+
+def present(settings: Settings, report: dict[str, Any], png: Path, elapsed: float) -> None:
+    """The end of a demo run: the ClickHouse summary, the plot, the held-out verdict."""
     console.rule("[bold]results (from ClickHouse SQL)")
     summary = summarize(settings)
     steps_rows = summary.pop("steps")
     for title, rows in summary.items():
         show(title, rows)
-    png = ROOT / "reports" / "demo.png"
     plot(steps_rows, {**report, "train_by_version": summary["training answers per policy version"]}, png)
     console.rule("[bold]held-out validation: task success")
     describe(report)
     console.print(f"{len(steps_rows)} training steps in ClickHouse; plot: {png}; report: {report.get('run_dir')}/report.json; "
                   f"finished in {elapsed / 60:.1f} min")  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":
