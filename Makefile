@@ -15,7 +15,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo js-demo cli-demo test bench soak scaling chaos nemesis setup kafka js-agent cli-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
+.PHONY: demo js-demo cli-demo gsm8k-demo test bench soak scaling chaos nemesis setup kafka js-agent cli-agent browser upstream frameworks-venv frameworks-constraints screenshots constraints golden clean
 
 # The venv and Kafka's jars are fetched side by side (two jobs): a fresh `make demo` saves the jars' 45 s.
 setup:
@@ -52,6 +52,10 @@ js-demo: setup js-agent
 	$(BIN)/python -m examples.controller_demo js
 cli-demo: setup cli-agent
 	$(BIN)/python -m examples.controller_demo llm
+# Upstream v1.0's own GSM8K agent class, unchanged, from a checkout of microsoft/agent-lightning at v1.0.0 kept
+# outside this repository: AGL_UPSTREAM_REPO=/path/to/agent-lightning make gsm8k-demo
+gsm8k-demo: setup
+	$(BIN)/python -m examples.controller_demo gsm8k
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (each its own local broker); most tests wait on brokers,
 # processes and timers rather than compute, so two workers on a 2-core CI machine roughly halve the wall time.

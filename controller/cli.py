@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,6 +22,8 @@ from agl_stream.config import Settings, SettingsError
 def controller(
     command: Optional[list[str]] = typer.Argument(None, help="the agent's command and arguments, after --"),
     spec_file: Optional[Path] = typer.Option(None, "--spec", help="a CommandSpec as JSON (instead of the options below)"),
+    agent_class: Optional[str] = typer.Option(None, "--agent-class", help="instead of a command: a Python agent class (module:Class or package.module.Class) run as upstream v1.0's local controller runs local.agent_class, in this Python"),
+    cwd: Optional[Path] = typer.Option(None, "--cwd", help="the folder the command runs in (with --agent-class: where its module is found)"),
     env_map: Optional[list[str]] = typer.Option(None, "--env-map", help="NAME=path in the task, e.g. QUESTION=input.question (repeat)"),
     fixed_env: Optional[list[str]] = typer.Option(None, "--env", help="NAME=VALUE for every attempt, e.g. AGENT_MODEL=smollm2 (repeat)"),
     task_file_env: str = typer.Option("AGL_TASK_FILE", "--task-file-env", help="variable naming the task's JSON file ('' for none)"),
@@ -62,11 +65,15 @@ def controller(
         if command:
             raise typer.BadParameter("give the command either after -- or in --spec, not both")
         spec = CommandSpec.model_validate(json.loads(spec_file.read_text()))
-    elif not command:
+    elif command and agent_class:
+        raise typer.BadParameter("give either a command after -- or --agent-class, not both")
+    elif not command and not agent_class:
         raise typer.BadParameter("no command: agl-stream controller [OPTIONS] -- COMMAND [ARGS]...")
     else:
+        if agent_class:  # a pod has its own Python, found on its PATH
+            command = ["python" if job_template else sys.executable, "-m", "agl_stream_controller.python_agent", agent_class]
         spec = CommandSpec.model_validate({
-            "argv": command, "env": _pairs(fixed_env or [], "--env", "NAME=VALUE"),
+            "argv": command, "cwd": cwd, "env": _pairs(fixed_env or [], "--env", "NAME=VALUE"),
             "input": {"env_map": _pairs(env_map or []), "json_file_env": task_file_env or None, "stdin": stdin,
                       "argv_template": argv_template},
             "check": shlex.split(check) if check else None, "check_timeout_seconds": check_timeout,

@@ -8,9 +8,13 @@ the learner's embedded engine, which records each call with its token ids, so th
 - ``js``: ``examples/js_calc_agent/agent.mjs``, a Node.js program with the official ``openai`` package, on the
   demo's calculator task (``examples/calc_agent/data``);
 - ``llm``: Simon Willison's ``llm`` CLI from PyPI (``examples/cli_agent``), its answer graded by
-  ``examples/cli_agent/check.py``, on the arithmetic task (``examples/arithmetic/data``).
+  ``examples/cli_agent/check.py``, on the arithmetic task (``examples/arithmetic/data``);
+- ``gsm8k``: upstream v1.0's own GSM8K agent (``examples/gsm8k/gsm8k_agent.py``, class ``ChatAgent``), from a
+  checkout of microsoft/agent-lightning at v1.0.0 kept outside this repository (``AGL_UPSTREAM_REPO``), run as
+  upstream's local controller runs ``local.agent_class`` (``agl_stream_controller.python_agent``) with upstream's
+  ``env_map`` (QUESTION, ANSWER), on the arithmetic task; it posts its reward to ``AGL_EVENT_URL`` itself.
 
-``python -m examples.controller_demo js|llm``. Environment knobs as the demo's (``AGL_DEMO_STEPS``,
+``python -m examples.controller_demo js|llm|gsm8k``. Environment knobs as the demo's (``AGL_DEMO_STEPS``,
 ``AGL_DEMO_TRAIN_SECONDS``, ``AGL_DEMO_SEED``, ``AGL_DEMO_MODEL``, ``AGL_DEMO_VAL``, ``AGL_DEMO_EVAL_SAMPLES``);
 the data folder is ``.agl/<name>-demo`` (``AGL_DATA_DIR``), the plot ``reports/<name>-demo-seed<N>.png``.
 """
@@ -18,6 +22,7 @@ the data folder is ``.agl/<name>-demo`` (``AGL_DATA_DIR``), the plot ``reports/<
 from __future__ import annotations
 
 import asyncio
+from hashlib import sha256
 import json
 import logging
 import os
@@ -56,6 +61,7 @@ class ProgramAgent:
     model_name: str
     data: Path
     missing: Optional[str]  #: why it cannot run here, or None
+    source: Optional[Path] = None  #: a third party's file run unchanged: its hash goes in the report
 
 
 def program_agent(name: str, model: str) -> ProgramAgent:
@@ -74,7 +80,20 @@ def program_agent(name: str, model: str) -> ProgramAgent:
                 "env": {"LLM_USER_PATH": str(LLM_HOME)},
                 "check": [sys.executable, str(ROOT / "examples" / "cli_agent" / "check.py")]}  # fmt: skip
         return ProgramAgent(spec, "gpt-4o-mini", ROOT / "examples" / "arithmetic" / "data", missing)
-    raise SystemExit(f"usage: python -m examples.controller_demo js|llm (not {name!r})")
+    if name == "gsm8k":
+        upstream = Path(os.environ.get("AGL_UPSTREAM_REPO", ROOT / ".agl" / "agent-lightning-v1.0.0"))
+        folder = upstream / "examples" / "gsm8k"
+        missing = None if (folder / "gsm8k_agent.py").exists() else (
+            f"upstream's GSM8K example is needed at {folder}: `git clone --depth 1 --branch v1.0.0 "
+            "https://github.com/microsoft/agent-lightning` and point AGL_UPSTREAM_REPO at it")
+        # upstream's train_gsm8k_agent.py: agent_class examples.gsm8k.gsm8k_agent.ChatAgent, env_map QUESTION/ANSWER;
+        # run from its own folder so that `gsm8k_agent` is upstream's file (this repository has an `examples` too)
+        spec = {"argv": [sys.executable, "-m", "agl_stream_controller.python_agent", "gsm8k_agent:ChatAgent"],
+                "cwd": str(folder), "input": {"env_map": {"QUESTION": "input.question", "ANSWER": "input.answer"}},
+                "limits": {"timeout_seconds": 300}}  # fmt: skip
+        # the agent asks for model "auto", as upstream's gateway serves its one model under any name
+        return ProgramAgent(spec, "auto", ROOT / "examples" / "arithmetic" / "data", missing, folder / "gsm8k_agent.py")
+    raise SystemExit(f"usage: python -m examples.controller_demo js|llm|gsm8k (not {name!r})")
 
 
 def load_rows(data: Path, name: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
@@ -146,6 +165,9 @@ def main() -> int:
                           f"{' '.join(spec.argv)}; logs in {logs}")  # fmt: skip
             algorithm = RL(config, output_dir=data_dir / "run", eval_samples=eval_samples)
             report = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings).fit(agent, train, val)
+            if program.source is not None:
+                report["agent_source"] = {"path": str(program.source), "sha256": sha256(program.source.read_bytes()).hexdigest()}
+                console.print(f"the agent, run unchanged: {program.source} (sha256 {report['agent_source']['sha256']})")
         finally:
             proxy.stop()
             stack.stop()
