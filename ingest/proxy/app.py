@@ -27,7 +27,7 @@ import re
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Literal, Optional
+from typing import Any, AsyncIterator, Callable, Literal, Optional
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -345,79 +345,91 @@ class ProxyService:
         return ClosingStreamingResponse(self._relay(ctx, body, model, upstream, started, include_usage),
                                         media_type="text/event-stream")
 
+    def _recorded(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig, upstream: Any, started: float,
+                  api: Optional[str]) -> "_RecordedStream":
+        def record(completion: Completion, error: Optional[str]) -> "asyncio.Task[None]":
+            return self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, error, api))
+
+        return _RecordedStream(upstream, model.model_name, started, record)
+
     async def _relay(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig, upstream: Any,
                      started: float, include_usage: bool) -> AsyncIterator[bytes]:
-        accumulator = StreamAccumulator()
-        span_task: Optional[asyncio.Task[None]] = None
+        """The backend's chat chunks passed on as server-sent events; ``[DONE]`` only once the span is acknowledged."""
+        stream = self._recorded(ctx, body, model, upstream, started, None)
         try:
-            error: Optional[str] = None
-            status = 200
-            try:
-                async for chunk in upstream:
-                    doc = chunk.model_dump(exclude_none=True)
-                    accumulator.add(doc)
-                    if sse.is_usage_only(doc) and not include_usage:
-                        continue
-                    yield sse.event(doc)
-            except Exception as exc:  # the backend broke off mid-stream: record it, then tell the client
-                error, status = error_message(exc), error_status(exc)
-                logger.warning("stream from model %s failed: %s", model.model_name, error)
-            BACKEND_LATENCY.labels(model.model_name, "ok" if error is None else "error").observe(time.time() - started)
-            completion = accumulator.result(response_headers(upstream))
-            span_task = self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, error))
-            if error is not None:
-                yield sse.event({"error": {"message": error, "type": "server_error", "code": status}})
-                return
-            try:
-                # Shielded: a client hanging up now must not cancel the produce half-way.
-                await asyncio.shield(span_task)
-            except PublishError as exc:
-                yield sse.event({"error": {"message": f"the span of this call could not be recorded: {exc}",
-                                           "type": "server_error", "code": 503}})
-                return
+            async for doc in stream.docs():
+                if sse.is_usage_only(doc) and not include_usage:
+                    continue
+                yield sse.event(doc)
             yield sse.DONE
+        except _StreamBroken as broken:
+            yield sse.event({"error": {"message": broken.message, "type": "server_error", "code": broken.status}})
         finally:
-            if span_task is None:  # the client hung up (generator closed or cancelled) before the end
-                completion = accumulator.result(response_headers(upstream))
-                self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, "client disconnected"))
+            stream.record_if_abandoned()
 
     async def _relay_dialect(self, ctx: CallContext, body: dict[str, Any], model: ModelConfig, upstream: Any,
                              started: float, dialect: Dialect) -> AsyncIterator[bytes]:
         """A chat stream re-told in ``dialect``'s events; recorded as :meth:`_relay` records, and likewise the
         span is acknowledged before the stream's closing events (the chunks end only once it is)."""
-        accumulator = StreamAccumulator()
-        recording: list[asyncio.Task[None]] = []
-
-        async def recorded() -> AsyncIterator[Any]:
-            error: Optional[tuple[int, str]] = None
-            try:
-                async for chunk in upstream:
-                    accumulator.add(chunk.model_dump(exclude_none=True))
-                    yield chunk
-            except Exception as exc:  # the backend broke off mid-stream: record it, then tell the client
-                error = (error_status(exc), error_message(exc))
-                logger.warning("stream from model %s failed: %s", model.model_name, error[1])
-            BACKEND_LATENCY.labels(model.model_name, "ok" if error is None else "error").observe(time.time() - started)
-            completion = accumulator.result(response_headers(upstream))
-            recording.append(self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion,
-                                                           None if error is None else error[1], dialect.api)))  # fmt: skip
-            if error is not None:
-                raise _StreamBroken(*error)
-            try:
-                await asyncio.shield(recording[0])  # a client hanging up now must not cancel the produce half-way
-            except PublishError as exc:
-                raise _StreamBroken(503, f"the span of this call could not be recorded: {exc}") from None
-
+        stream = self._recorded(ctx, body, model, upstream, started, dialect.api)
         try:
-            async for event in dialect.stream(_LikeUpstream(recorded(), upstream), model.model_name):
+            async for event in dialect.stream(_LikeUpstream(stream.chunks(), upstream), model.model_name):
                 yield event
         except _StreamBroken as broken:
             yield dialect.stream_error(broken.status, broken.message)
         finally:
-            if not recording:  # the client hung up before the end
-                completion = accumulator.result(response_headers(upstream))
-                self._spawn_record(self._span(ctx, "chat", body, model, True, started, completion, "client disconnected",
-                                              dialect.api))  # fmt: skip
+            stream.record_if_abandoned()
+
+
+class _RecordedStream:
+    """A backend's chat stream, passed on chunk by chunk and recorded as one span when it ends.
+
+    The span is produced when the backend's last chunk is in, and the stream ends only once the broker has
+    acknowledged it (a client hanging up then does not cancel the produce half-way). A backend that breaks off
+    mid-stream, or a span that cannot be recorded, ends it with :class:`_StreamBroken`; a client that hangs up
+    before the end is recorded by :meth:`record_if_abandoned` as ``client disconnected``."""
+
+    def __init__(self, upstream: Any, model_name: str, started: float,
+                 record: Callable[[Completion, Optional[str]], "asyncio.Task[None]"]) -> None:
+        self._upstream, self._model_name, self._started, self._record = upstream, model_name, started, record
+        self._accumulator = StreamAccumulator()
+        self._recording: Optional[asyncio.Task[None]] = None
+
+    async def _pairs(self) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        error: Optional[tuple[int, str]] = None
+        try:
+            async for chunk in self._upstream:
+                doc = chunk.model_dump(exclude_none=True)
+                self._accumulator.add(doc)
+                yield chunk, doc
+        except Exception as exc:  # the backend broke off mid-stream: record it, then tell the client
+            error = (error_status(exc), error_message(exc))
+            logger.warning("stream from model %s failed: %s", self._model_name, error[1])
+        BACKEND_LATENCY.labels(self._model_name, "ok" if error is None else "error").observe(time.time() - self._started)
+        self._recording = self._record(self._completion(), None if error is None else error[1])
+        if error is not None:
+            raise _StreamBroken(*error)
+        try:
+            await asyncio.shield(self._recording)
+        except PublishError as exc:
+            raise _StreamBroken(503, f"the span of this call could not be recorded: {exc}") from None
+
+    async def docs(self) -> AsyncIterator[dict[str, Any]]:
+        """The chunks as JSON documents (what the OpenAI stream re-emits)."""
+        async for _chunk, doc in self._pairs():
+            yield doc
+
+    async def chunks(self) -> AsyncIterator[Any]:
+        """The chunks as litellm's objects (what a dialect's adapter reads)."""
+        async for chunk, _doc in self._pairs():
+            yield chunk
+
+    def record_if_abandoned(self) -> None:
+        if self._recording is None:  # the client hung up (generator closed or cancelled) before the end
+            self._record(self._completion(), "client disconnected")
+
+    def _completion(self) -> Completion:
+        return self._accumulator.result(response_headers(self._upstream))
 
 
 class _LikeUpstream:

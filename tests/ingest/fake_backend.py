@@ -21,6 +21,8 @@ REPLY = "Hello from the fake backend."
 POLICY_VERSION = 7
 #: a chat call whose last message says this is answered only once ``app.state.release_held`` is set
 HOLD = "Hold until released."
+#: a model whose streams break off after two chunks (the connection closes without the stream's end)
+BREAKS_MIDWAY = "breaks-midway"
 
 
 def tokenize(text: str) -> list[int]:
@@ -113,6 +115,8 @@ def create_fake_backend() -> FastAPI:
             if want_ids and n == 0:
                 chunk["prompt_token_ids"] = prompt_ids
             yield f"data: {json.dumps(chunk)}\n\n".encode()
+            if body["model"] == BREAKS_MIDWAY and n == 1:
+                raise ConnectionAbortedError("the fake backend drops the stream")  # the connection closes unfinished
             if body.get("user") == "slow":  # lets tests act in the middle of a stream
                 await asyncio.sleep(0.3)
         last: dict[str, Any] = {"index": 0, "finish_reason": "stop"}

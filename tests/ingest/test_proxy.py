@@ -19,7 +19,7 @@ from agl_stream.config import Settings
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.proxy.app import create_app
 from agl_stream_ingest.proxy.config import ProxyConfig
-from tests.ingest.fake_backend import HOLD, POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
+from tests.ingest.fake_backend import BREAKS_MIDWAY, HOLD, POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
 from tests.ingest.helpers import ServedApp, read_spans
 
 pytestmark = pytest.mark.integration
@@ -41,6 +41,8 @@ def _config(backend: ServedApp, **overrides: object) -> ProxyConfig:
                                                          "api_key": BACKEND_KEY}},
         {"model_name": "broken", "litellm_params": {"model": "openai/broken", "api_base": f"{backend.url}/v1",
                                                      "api_key": BACKEND_KEY}},
+        {"model_name": BREAKS_MIDWAY, "litellm_params": {"model": f"openai/{BREAKS_MIDWAY}",
+                                                          "api_base": f"{backend.url}/v1", "api_key": BACKEND_KEY}},
     ]}, **overrides)
 
 
@@ -177,7 +179,7 @@ async def test_bad_requests_get_4xx_with_reasons_and_record_nothing(topics: Sett
         unprefixed = await client.post(f"{proxy.url}/v1/chat/completions", json=good, headers=auth)
         assert unprefixed.status_code == 400 and "x-rollout-id" in unprefixed.json()["error"]["message"]
         models = await client.get(f"{proxy.url}/v1/models", headers=auth)
-        assert [m["id"] for m in models.json()["data"]] == ["broken", "fake-model"]
+        assert [m["id"] for m in models.json()["data"]] == ["breaks-midway", "broken", "fake-model"]
         ok = await client.post(path, json=good, headers=auth)
         assert ok.status_code == 200 and ok.json()["choices"][0]["token_ids"]
     got = await read_spans(topics, expected=1, settle=1.0)
@@ -196,6 +198,22 @@ async def test_a_stream_the_client_abandons_is_still_recorded(topics: Settings, 
     assert span.status.status_code == "ERROR" and span.status.description == "client disconnected"
     # What was generated until the proxy noticed (the server sees a hang-up only when a write fails).
     assert REPLY.startswith(detokenize(span.attributes["response_token_ids"]))
+
+
+async def test_a_stream_the_backend_breaks_off_ends_with_an_error_event_and_is_recorded_as_failed(
+    topics: Settings, proxy: ServedApp
+) -> None:
+    url = f"{proxy.url}/rollout/ro-broken/attempt/at-broken/v1/chat/completions"
+    body = {"model": BREAKS_MIDWAY, "messages": MESSAGES, "stream": True}
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {CLIENT_TOKEN}"}, timeout=60) as client:
+        async with client.stream("POST", url, json=body) as response:
+            data = [line.removeprefix("data: ") async for line in response.aiter_lines() if line.startswith("data: ")]
+    assert "[DONE]" not in data  # the client is not told the answer was whole
+    error = json.loads(data[-1])["error"]
+    assert error["type"] == "server_error" and error["code"] >= 500
+    [(_, span)] = await read_spans(topics, expected=1)
+    assert span.status.status_code == "ERROR" and span.status.description == error["message"]
+    assert REPLY.startswith(detokenize(span.attributes.get("response_token_ids", [])))  # what came before the break
 
 
 async def test_upstream_v1_routes_a_call_and_a_reward_event_become_the_attempts_spans(topics: Settings, proxy: ServedApp) -> None:

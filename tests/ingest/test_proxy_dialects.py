@@ -19,7 +19,7 @@ from agl_stream.config import Settings
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.proxy.app import create_app
 from agl_stream_ingest.proxy.config import ProxyConfig
-from tests.ingest.fake_backend import POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
+from tests.ingest.fake_backend import BREAKS_MIDWAY, POLICY_VERSION, REPLY, create_fake_backend, detokenize, render_chat
 from tests.ingest.helpers import ServedApp, read_spans
 
 pytestmark = pytest.mark.integration
@@ -41,6 +41,8 @@ def proxy(topics: Settings, backend: ServedApp) -> Iterator[ServedApp]:
     config = ProxyConfig.from_mapping({"model_list": [
         {"model_name": "fake-model", "litellm_params": {"model": "openai/fake-model", "api_base": f"{backend.url}/v1",
                                                          "api_key": "sk-backend"}},
+        {"model_name": BREAKS_MIDWAY, "litellm_params": {"model": f"openai/{BREAKS_MIDWAY}",
+                                                          "api_base": f"{backend.url}/v1", "api_key": "sk-backend"}},
     ]})  # fmt: skip
     with ServedApp(create_app(topics, IngestOptions(token=CLIENT_TOKEN), config)) as served:
         yield served
@@ -86,6 +88,19 @@ async def test_anthropic_messages_streamed(topics: Settings, proxy: ServedApp) -
     assert [block.text for block in final.content] == [REPLY]  # type: ignore[union-attr]
     [(_, span)] = await read_spans(topics, expected=1)
     _check_span(span, "anthropic.messages", streaming=True)
+
+
+async def test_a_stream_the_backend_breaks_off_ends_in_the_apis_error_event_and_is_recorded_as_failed(
+    topics: Settings, proxy: ServedApp
+) -> None:
+    with pytest.raises(anthropic.APIStatusError) as broken:
+        async with _anthropic(proxy).messages.stream(model=BREAKS_MIDWAY, max_tokens=64,
+                                                     messages=[{"role": "user", "content": QUESTION}]) as stream:  # fmt: skip
+            _ = [text async for text in stream.text_stream]
+    assert broken.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    [(_, span)] = await read_spans(topics, expected=1)
+    assert span.attributes["agl.proxy.api"] == "anthropic.messages" and span.status.status_code == "ERROR"
+    assert REPLY.startswith(detokenize(span.attributes.get("response_token_ids", [])))  # what came before the break
 
 
 async def test_openai_responses(topics: Settings, proxy: ServedApp) -> None:
