@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from agl_stream.config import Settings
 
-from agl_stream_trainer.algorithms.batch import collate, rows_from_trajectories
+from agl_stream_trainer.algorithms.aggregation import MergeStats
+from agl_stream_trainer.algorithms.batch import build_rows, collate
 from agl_stream_trainer.algorithms.grpo import GRPOConfig, StepStats, train_step
 from agl_stream_trainer.backends.hf import HFPolicy
 from agl_stream_trainer.batching import LEARNER_GROUP, Batch, BatcherConfig, TripletBatcher, wait_for_assignment
@@ -130,11 +131,12 @@ class Learner:
         if batch is None:
             return None
         self._check_staleness(batch)
-        rows = rows_from_trajectories(
+        rows, merges = build_rows(
             batch.trajectories,
             reward_assignment=self.algorithm.reward_assignment,
             max_prompt_length=self.algorithm.max_prompt_length,
             max_response_length=self.algorithm.max_response_length,
+            aggregation=self.algorithm.aggregation,
         )
         if not rows:
             self.batcher.done(batch)
@@ -153,7 +155,7 @@ class Learner:
                 await self.checkpoint()
         else:  # no checkpoints: nothing to stay consistent with, so move the group on after every step
             await self._commit()
-        metrics = self._metrics(stats, batch, publish_seconds)
+        metrics = self._metrics(stats, batch, publish_seconds, merges)
         self.metrics.write(metrics)
         return metrics
 
@@ -199,7 +201,7 @@ class Learner:
             logger.warning("the group rebalanced while this learner was away; commit left for the next one: %s",
                            str(exc).splitlines()[0])  # fmt: skip
 
-    def _metrics(self, stats: StepStats, batch: Batch, publish_seconds: float) -> StepMetrics:
+    def _metrics(self, stats: StepStats, batch: Batch, publish_seconds: float, merges: MergeStats) -> StepMetrics:
         histogram: dict[int, int] = {}
         for age in batch.staleness:
             histogram[age] = histogram.get(age, 0) + 1
@@ -221,6 +223,13 @@ class Learner:
             "effective_batch_size": float(stats.effective_sequences),
             "zero_variance_groups_total": float(counters.zero_variance_groups),
             "deferred_commits_total": float(self.deferred_commits),
+            # trajectory aggregation: how many calls merged into a row, how many broke the prefix
+            "calls": float(merges.calls),
+            "merged_calls": float(merges.merged),
+            "merge_rate": merges.merge_rate,
+            "prefix_breaks": float(len(merges.breaks)),
+            "length_cuts": float(merges.cuts),
+            "learner_tokens": float(stats.num_tokens),
         })
         return StepMetrics(
             step=self.step,

@@ -42,6 +42,9 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 #: verl's filter_groups metrics that mean "the trajectory's reward" (the batcher compares final rewards)
 _FILTER_METRICS = {"acc": "acc", "score": "score", "seq_reward": "seq_reward", "seq_final_reward": "seq_final_reward"}
 _ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus", "drgrpo": "drgrpo"}
+_AGGREGATION_LEVELS = {"transition": "transition", "trajectory": "trajectory"}
+#: v1.0's policy_loss.loss_mode: ``vanilla`` keeps loss_agg_mode, ``per_rollout_mean`` weighs rollouts the same
+_LOSS_MODES = {"vanilla": None, "per_rollout_mean": "rollout-mean-token-mean"}
 
 #: verl key -> (TrainerConfig path, converter)
 MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
@@ -76,6 +79,12 @@ MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "actor_rollout_ref.actor.clip_ratio_high": ("algorithm.clip_ratio_high", float),
     "actor_rollout_ref.actor.clip_ratio_c": ("algorithm.clip_ratio_c", float),
     "actor_rollout_ref.actor.loss_agg_mode": ("algorithm.loss_agg_mode", str),
+    # trajectory aggregation: 0.3.0's preview keys and v1.0's defaults (trainer/algorithms/aggregation.py)
+    "agentlightning.trace_aggregator.level": ("algorithm.aggregation", lambda v: _AGGREGATION_LEVELS[v]),
+    "agentlightning.trace_aggregator.trajectory_max_prompt_length": ("trajectory_max_prompt_length", int),
+    "agentlightning.trace_aggregator.trajectory_max_response_length": ("trajectory_max_response_length", int),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": ("policy_loss_mode", lambda v: _LOSS_MODES[v]),
+    "algorithm.enable_rollout_level_advantage": ("algorithm.rollout_advantage", bool),
     "actor_rollout_ref.model.path": ("model", str),
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("backend.gradient_checkpointing", bool),
     "trainer.val_before_train": ("validate_before", bool),
@@ -95,11 +104,14 @@ FIXED: dict[str, tuple[Any, str]] = {
     "trainer.nnodes": (1, "the learner is one process; scale rollouts with runners instead"),
     "trainer.n_gpus_per_node": (1, "the learner uses one device"),
     "trainer.critic_warmup": (0, "there is no critic (GRPO-family estimators only)"),
+    "agentlightning.trace_aggregator.debug": (False, "prefix breaks are counted per step in training_steps and "
+                                              "listed by the saved query prefix_breaks; no mismatch files are written"),
 }
 
 #: verl dataset options that Agent Lightning's VERL does not read either (tasks come from Trainer.fit)
 NOT_READ_UPSTREAM = {"data.train_files", "data.val_files", "data.truncation", "data.filter_overlong_prompts",
-                     "data.val_batch_size", "actor_rollout_ref.rollout.multi_turn.format"}  # fmt: skip
+                     "data.val_batch_size", "actor_rollout_ref.rollout.multi_turn.format",
+                     "agentlightning.trace_aggregator.mismatch_log_dir"}  # fmt: skip (read by upstream only with debug)
 
 #: sizing of verl's FSDP / Ray workers; no effect on the learner here
 WORKER_SIZING_SUFFIXES = ("micro_batch_size_per_gpu", "micro_batch_size", "param_offload", "optimizer_offload",
@@ -163,8 +175,16 @@ def _build(values: dict[str, Any], gpu: Optional[bool]) -> tuple[dict[str, Any],
         elif path in ("validate_before", "project_name", "logger"):
             options[path] = value
         elif path not in ("group_size", "mini_batch_size", "use_kl_loss", "kl_loss_coef", "epochs", "engine.kind",
-                          "filter_metric", "max_num_gen_batches"):  # fmt: skip
+                          "filter_metric", "max_num_gen_batches", "trajectory_max_prompt_length",
+                          "trajectory_max_response_length", "policy_loss_mode"):  # fmt: skip
             _set(trainer, path, value)
+    if values.get("algorithm.aggregation") == "trajectory":  # upstream's trajectory rows use these limits instead
+        for key, path in (("trajectory_max_prompt_length", "algorithm.max_prompt_length"),
+                          ("trajectory_max_response_length", "algorithm.max_response_length")):  # fmt: skip
+            if values.get(key) is not None:
+                _set(trainer, path, values[key])
+    if values.get("policy_loss_mode"):
+        _set(trainer, "algorithm.loss_agg_mode", values["policy_loss_mode"])
     # verl trains every group unless filter_groups.enable: a ported config keeps that meaning
     _set(trainer, "batcher.drop_zero_variance", values.get("batcher.drop_zero_variance", False))
     max_response = values.get("algorithm.max_response_length")

@@ -172,7 +172,8 @@ def train(policy_and_pad: tuple[Any, int], config: TrainerConfig, batches: list[
     for trajectories in batches:
         rows = rows_from_trajectories(trajectories, reward_assignment=algo.reward_assignment,
                                       max_prompt_length=algo.max_prompt_length,
-                                      max_response_length=algo.max_response_length)  # fmt: skip
+                                      max_response_length=algo.max_response_length,
+                                      aggregation=algo.aggregation)  # fmt: skip
         train_step(policy, collate(rows, pad_token_id), algo)
     return policy
 

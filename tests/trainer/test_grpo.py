@@ -215,3 +215,24 @@ def test_one_update_per_step_reuses_the_loss_forward_for_pi_old(tiny) -> None:
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
     assert results[0][2] == pytest.approx(results[1][2], rel=1e-5)
     assert results[0][2] != 1.0  # the behaviour log-probs differ from the policy's: the weights are live
+
+
+def test_rollout_mean_is_seq_mean_when_each_rollout_is_one_row_and_weighs_rollouts_not_rows(tiny) -> None:
+    model, tokenizer = tiny
+    policy = HFPolicy(model, OptimConfig(lr=1e-3))
+    batch = _batch(tokenizer.pad_token_id)  # one triplet per rollout: one row each
+    losses = {}
+    for mode in ("rollout-mean-token-mean", "seq-mean-token-mean"):
+        cfg = GRPOConfig(loss_agg_mode=mode, entropy_coeff=0.01)
+        prep = prepare(policy, batch, cfg)
+        prep.old_logprobs = prep.old_logprobs - 0.1  # ratios != 1
+        losses[mode] = evaluate(policy, prep, cfg)
+    one, other = losses.values()
+    assert float(one.loss) == pytest.approx(float(other.loss), rel=1e-5)
+    assert one.entropy == pytest.approx(other.entropy, rel=1e-5)
+    # a rollout of two rows weighs as much as a rollout of one: its rows' token means count half each
+    trajs = make_group("g", [1.0, 0.0], seed=4, turns=2)
+    rows = collate(rows_from_trajectories(trajs), tokenizer.pad_token_id)
+    cfg = GRPOConfig(loss_agg_mode="rollout-mean-token-mean")
+    stats = train_step(HFPolicy(model, OptimConfig(lr=1e-3)), rows, cfg)
+    assert stats.grad_norm > 0 and stats.num_sequences == 4

@@ -343,3 +343,37 @@ async def test_a_trajectory_published_again_after_a_checkpoint_is_not_trained_ag
         assert second.batcher.stats.duplicates == 2 and second.batcher.assembler.pending_groups == 0
     finally:
         await second.stop()
+
+
+def _multi_turn_group(group_id: str, rewards: list[float], calls: int = 3) -> list:
+    """Rollouts whose every call's prompt is the previous prompt + response + a tool result: they merge."""
+    from agl_stream.types import Trajectory, Triplet
+
+    out = []
+    for i, reward in enumerate(rewards):
+        prompt, triplets = [100 + i, 101, 102, 103], []
+        for turn in range(calls):
+            response = [200 + turn, 201 + i, 202]
+            triplets.append(Triplet(prompt={"token_ids": list(prompt)},
+                                    response={"token_ids": response, "logprobs": [-1.0] * 3}, policy_version=0))
+            prompt = prompt + response + [300 + turn, 301]  # the tool's answer joins the conversation
+        out.append(Trajectory(rollout_id=f"ro-{group_id}-{i}", attempt_id=f"at-{group_id}-{i}", group_id=group_id,
+                              mode="train", final_reward=reward, triplets=triplets))  # fmt: skip
+    return out
+
+
+async def test_trajectory_aggregation_trains_one_row_per_rollout_and_reports_the_merge_rate(topics: Settings, tiny) -> None:
+    model, tokenizer = tiny
+    await produce_trajectories(topics, _multi_turn_group("m1", [1.0, 0.0, 0.0, 1.0]) + _multi_turn_group("m2", [0.0, 1.0, 1.0, 0.0]))
+    learner = Learner(topics, HFPolicy(model, OptimConfig(lr=1e-3)), tokenizer, GRPOConfig(aggregation="trajectory"),
+                      BatcherConfig(group_size=4, batch_groups=2, max_staleness=1))  # fmt: skip
+    await learner.start()
+    try:
+        metrics = await learner.step_once(timeout=60)
+    finally:
+        await learner.stop()
+    assert metrics is not None and metrics.num_triplets == 24 and metrics.num_sequences == 8  # 24 calls, 8 rows
+    assert metrics.extra["calls"] == 24 and metrics.extra["merged_calls"] == 16
+    assert metrics.extra["merge_rate"] == pytest.approx(16 / 24) and metrics.extra["prefix_breaks"] == 0
+    # each row: a 4-token prompt, then 3 calls of 3 tokens with 2 context tokens between: 4 + 9 + 4 = 17
+    assert metrics.extra["learner_tokens"] == 8 * 17

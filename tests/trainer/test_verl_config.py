@@ -91,6 +91,38 @@ def test_keys_that_cannot_be_honoured_are_refused_by_name() -> None:
         assert key in message
 
 
+def test_trace_aggregation_keys_of_0_3_and_1_0_map_and_the_rest_are_refused_by_name() -> None:
+    from agl_stream_trainer.config import TrainerConfig
+
+    # 0.3.0's preview keys, as its docs enable them
+    config = copy.deepcopy(CALC_X)
+    config["agentlightning"] = {"trace_aggregator": {"level": "trajectory", "trajectory_max_prompt_length": 4096,
+                                                     "trajectory_max_response_length": 34384, "debug": False,
+                                                     "mismatch_log_dir": "./mismatch_cases"}}  # fmt: skip
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert algorithm.aggregation == "trajectory"
+    assert (algorithm.max_prompt_length, algorithm.max_response_length) == (4096, 34384)  # the trajectory limits
+    # v1.0's defaults: trajectory rows, advantage per rollout, the per-rollout mean loss
+    config["agentlightning"]["trace_aggregator"] = {"level": "trajectory"}
+    config["algorithm"]["enable_rollout_level_advantage"] = True
+    config["actor_rollout_ref"]["actor"]["policy_loss"] = {"loss_mode": "per_rollout_mean"}
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert algorithm.loss_agg_mode == "rollout-mean-token-mean" and algorithm.rollout_advantage is True
+    assert (algorithm.max_prompt_length, algorithm.max_response_length) == (4096, 2048)  # data.* when not given
+    config["agentlightning"]["trace_aggregator"] = {"level": "transition"}
+    config["actor_rollout_ref"]["actor"]["policy_loss"] = {"loss_mode": "vanilla"}
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert algorithm.aggregation == "transition" and algorithm.loss_agg_mode == "token-mean"
+    # what does not map is named
+    config["agentlightning"] = {"trace_aggregator": {"level": "step", "debug": True}, "max_ppo_update_times": 4}
+    config["actor_rollout_ref"]["actor"]["policy_loss"] = {"loss_mode": "gspo"}
+    with pytest.raises(VerlConfigError) as err:
+        map_verl_config(config, gpu=False)
+    for key in ("agentlightning.trace_aggregator.level='step'", "agentlightning.trace_aggregator.debug=True",
+                "agentlightning.max_ppo_update_times", "actor_rollout_ref.actor.policy_loss.loss_mode='gspo'"):  # fmt: skip
+        assert key in str(err.value)
+
+
 def test_verl_returns_the_rl_algorithm_with_options() -> None:
     import agl_stream as agl
 

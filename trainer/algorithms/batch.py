@@ -1,11 +1,13 @@
 """Triplet trajectories -> padded training tensors (verl's layout: left-padded prompt | right-padded response).
 
-Each triplet becomes one row. ``input_ids`` is ``[pad.. prompt | response ..pad]`` with the prompt
+Each triplet becomes one row, or with trajectory aggregation each attempt's merged calls
+(``aggregation.py``). ``input_ids`` is ``[pad.. prompt | response ..pad]`` with the prompt
 right-aligned at column ``P`` (the longest prompt), so every response token ``j`` sits at column
 ``P + j`` and is predicted by the logits at column ``P + j - 1``: response tensors are the slice
 ``[:, P - 1 : P - 1 + R]`` of the shifted log-probabilities, the same for every row.
 
-``response_mask`` marks real response tokens: only those train. Rewards are outcome rewards
+``response_mask`` marks generated response tokens: only those train (a merged row's context between
+calls, and padding, are 0). Rewards are outcome rewards
 placed on the last response token (``token_level_rewards``), which is what verl's outcome
 advantage estimators expect.
 """
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from agl_stream.types import Trajectory, Triplet
+from agl_stream_trainer.algorithms.aggregation import Aggregation, MergeStats, segments
 
 RewardAssignment = Literal["identical", "per_step"]
 
@@ -34,6 +37,8 @@ class Row:
     behaviour_logprobs: Optional[list[float]] = None
     policy_version: Optional[int] = None
     rollout_id: str = ""
+    loss_mask: Optional[list[int]] = None  #: per response token; None: all 1 (one call's response)
+    calls: int = 1  #: the calls merged into this row
 
 
 @dataclass
@@ -101,36 +106,44 @@ def rows_from_trajectories(
     reward_assignment: RewardAssignment = "identical",
     max_prompt_length: Optional[int] = None,
     max_response_length: Optional[int] = None,
+    aggregation: Aggregation = "transition",
 ) -> list[Row]:
-    """Flatten trajectories into rows.
+    """The rows of :func:`build_rows`, without its merge counts."""
+    return build_rows(trajectories, reward_assignment=reward_assignment, max_prompt_length=max_prompt_length,
+                      max_response_length=max_response_length, aggregation=aggregation)[0]  # fmt: skip
 
-    ``identical`` (upstream's assignment): every triplet of an attempt gets the attempt's reward.
-    ``per_step``: a triplet with its own reward keeps it; triplets without one get 0.
+
+def build_rows(
+    trajectories: Sequence[Trajectory],
+    *,
+    reward_assignment: RewardAssignment = "identical",
+    max_prompt_length: Optional[int] = None,
+    max_response_length: Optional[int] = None,
+    aggregation: Aggregation = "transition",
+) -> tuple[list[Row], MergeStats]:
+    """Trajectories -> rows: one per triplet (``transition``) or per merged run of calls (``trajectory``).
+
+    ``identical`` (upstream's assignment): every row of an attempt gets the attempt's reward.
+    ``per_step`` (``transition`` only): a triplet with its own reward keeps it; triplets without one get 0.
     Long prompts keep their *last* tokens, long responses their *first* (the behaviour logprobs
     are cut the same way). Triplets with an empty response carry nothing to learn and are skipped.
     """
+    if aggregation == "trajectory" and reward_assignment != "identical":
+        raise ValueError("per_step rewards need one row per call: use aggregation 'transition'")
     rows: list[Row] = []
+    stats = MergeStats()
     for traj in trajectories:
         attempt_reward = trajectory_reward(traj)
         group = traj.group_id or traj.rollout_id
-        for triplet in traj.triplets:
-            response = triplet.response_token_ids
-            if not response:
-                continue
-            prompt = triplet.prompt_token_ids
-            logprobs = triplet.response_logprobs
-            if logprobs is not None and len(logprobs) != len(response):
-                logprobs = None  # inconsistent record: fall back to on-policy ratios
-            if max_prompt_length and len(prompt) > max_prompt_length:
-                prompt = prompt[-max_prompt_length:]
-            if max_response_length and len(response) > max_response_length:
-                response = response[:max_response_length]
-                logprobs = logprobs[:max_response_length] if logprobs is not None else None
-            reward = attempt_reward if reward_assignment == "identical" else _step_reward(triplet)
-            rows.append(
-                Row(prompt, response, reward, group, logprobs, triplet.policy_version, traj.rollout_id)
-            )
-    return rows
+        calls = [t for t in traj.triplets if t.response_token_ids]
+        parts, merged = segments(calls, aggregation, rollout_id=traj.rollout_id,
+                                 max_prompt_length=max_prompt_length, max_response_length=max_response_length)  # fmt: skip
+        stats.add(merged)
+        for part, call in zip(parts, calls if aggregation == "transition" else [None] * len(parts)):
+            reward = attempt_reward if call is None or reward_assignment == "identical" else _step_reward(call)
+            rows.append(Row(part.prompt_ids, part.response_ids, reward, group, part.logprobs, part.policy_version,
+                            traj.rollout_id, None if all(part.loss_mask) else part.loss_mask, part.calls))  # fmt: skip
+    return rows, stats
 
 
 def _step_reward(triplet: Triplet) -> float:
@@ -157,7 +170,7 @@ def collate(rows: Sequence[Row], pad_token_id: int) -> TrainBatch:
             input_ids[i, plen - p : plen] = torch.tensor(row.prompt_ids, dtype=torch.long)
         input_ids[i, plen : plen + r] = torch.tensor(row.response_ids, dtype=torch.long)
         attention_mask[i, plen - p : plen + r] = 1
-        response_mask[i, :r] = 1.0
+        response_mask[i, :r] = 1.0 if row.loss_mask is None else torch.tensor(row.loss_mask, dtype=torch.float32)
         rewards[i, r - 1] = row.reward
         if row.behaviour_logprobs is not None:
             behaviour[i, :r] = torch.tensor(row.behaviour_logprobs, dtype=torch.float32)

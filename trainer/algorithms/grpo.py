@@ -3,12 +3,15 @@
 One learner step on a batch of complete groups (cleanrl style, the math in the comments, the
 numbers from ``verl.trainer.ppo.core_algos``):
 
-1. Outcome advantages per row (one row = one triplet; rows of a group share ``index``):
+1. Outcome advantages per row (one row = one triplet, or one attempt's merged calls with trajectory
+   aggregation; rows of a group share ``index``):
    - ``grpo``:   A_i = (r_i - mean(r_group)) / (std(r_group) + eps)     compute_grpo_outcome_advantage
    - ``drgrpo``: A_i =  r_i - mean(r_group)                             (norm_adv_by_std_in_grpo=False)
    - ``rloo``:   A_i = r_i - mean(r_group without i)                     compute_rloo_outcome_advantage
    - ``reinforce_plus_plus``: discounted returns whitened over the batch compute_reinforce_plus_plus_outcome_advantage
-   and A is broadcast over the row's response tokens (masked).
+   and A is broadcast over the row's response tokens (masked). With trajectory aggregation the outcome
+   estimators see one sample per rollout: a rollout that became several rows (a prefix break, the length
+   rule) is scored once and its A copied to each of its rows.
 2. Off-policy correction. Rollouts run asynchronously, so the recorded behaviour log-probs
    ``mu`` (from the inference engine) lag the learner. Following decoupled PPO, the proximal
    policy ``pi_old`` is the learner's weights at the start of this step (recomputed), and the
@@ -27,6 +30,9 @@ numbers from ``verl.trainer.ppo.core_algos``):
 5. loss = agg(L_pg) - entropy_coeff * agg(H) + kl_coef * agg(k3), aggregated by ``agg_loss``
    with ``loss_agg_mode`` (token-mean, seq-mean-token-mean, seq-mean-token-sum, ...) over the
    whole mini-batch, so micro-batch gradient accumulation gives the same gradient as one pass.
+   ``rollout-mean-token-mean`` weighs every rollout the same, whatever its rows and tokens:
+      loss = 1/N sum_rollouts 1/T_r sum_{t in r} L_t
+   computed as verl's ``token-sum`` of L_t * 1/(N T_r) over the mini-batch's N rollouts.
 
 Masks: only response tokens (``response_mask``) enter any term; prompts and padding never train.
 """
@@ -44,11 +50,15 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 
+from agl_stream_trainer.algorithms.aggregation import Aggregation
 from agl_stream_trainer.algorithms.batch import RewardAssignment, TrainBatch
 from agl_stream_trainer.backends.hf import HFPolicy
 
 Estimator = Literal["grpo", "drgrpo", "rloo", "reinforce_plus_plus"]
-LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
+                      "rollout-mean-token-mean"]
+#: ours, not verl's: weighs each rollout the same (see step 5)
+ROLLOUT_MEAN = "rollout-mean-token-mean"
 
 
 class GRPOConfig(BaseModel):
@@ -66,6 +76,9 @@ class GRPOConfig(BaseModel):
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batches: int = Field(default=1, ge=1, description="optimizer steps per epoch over the batch")
     reward_assignment: RewardAssignment = "identical"
+    aggregation: Aggregation = Field(default="transition", description="a row per call, or per attempt's merged calls")
+    rollout_advantage: Optional[bool] = Field(
+        default=None, description="score each rollout once, however many rows it has (None: with trajectory aggregation)")
     max_prompt_length: Optional[int] = Field(default=None, ge=1)
     max_response_length: Optional[int] = Field(default=None, ge=1)
     seed: int = 0
@@ -82,7 +95,7 @@ class GRPOConfig(BaseModel):
             clip_ratio_low=self.clip_ratio_low,
             clip_ratio_high=self.clip_ratio_high,
             clip_ratio_c=self.clip_ratio_c,
-            loss_agg_mode=self.loss_agg_mode,
+            loss_agg_mode="token-sum" if self.loss_agg_mode == ROLLOUT_MEAN else self.loss_agg_mode,
             entropy_coeff=self.entropy_coeff,
             use_kl_loss=self.kl_coef > 0,
             kl_loss_coef=self.kl_coef,
@@ -95,7 +108,15 @@ class GRPOConfig(BaseModel):
 
 def compute_advantages(batch: TrainBatch, cfg: GRPOConfig) -> torch.Tensor:
     """(B, R) advantages from verl's outcome estimators, zero outside the response mask."""
-    rewards, mask, index = batch.token_level_rewards, batch.response_mask, batch.index
+    per_rollout = cfg.aggregation == "trajectory" if cfg.rollout_advantage is None else cfg.rollout_advantage
+    if per_rollout and cfg.estimator != "reinforce_plus_plus":  # its returns are per token: left per row
+        owner = _rollout_of_rows(batch)
+        if len(set(owner)) < len(owner):
+            return _per_rollout_advantages(batch, cfg, owner)
+    return _outcome_advantages(batch.token_level_rewards, batch.response_mask, batch.index, cfg)
+
+
+def _outcome_advantages(rewards: torch.Tensor, mask: torch.Tensor, index: np.ndarray, cfg: GRPOConfig) -> torch.Tensor:
     if cfg.estimator in ("grpo", "drgrpo"):
         adv, _ = core_algos.compute_grpo_outcome_advantage(
             token_level_rewards=rewards,
@@ -112,6 +133,34 @@ def compute_advantages(batch: TrainBatch, cfg: GRPOConfig) -> torch.Tensor:
             token_level_rewards=rewards, response_mask=mask, config=AlgoConfig(gamma=cfg.gamma)
         )
     return adv * mask
+
+
+def _rollout_of_rows(batch: TrainBatch) -> list[str]:
+    return [row.rollout_id or f"row-{i}" for i, row in enumerate(batch.rows)] if batch.rows else \
+        [f"row-{i}" for i in range(batch.num_sequences)]  # fmt: skip
+
+
+def _per_rollout_advantages(batch: TrainBatch, cfg: GRPOConfig, owner: list[str]) -> torch.Tensor:
+    """One outcome sample per rollout (its first row's score), A copied to every row of the rollout."""
+    first: dict[str, int] = {}
+    for i, rollout in enumerate(owner):
+        first.setdefault(rollout, i)
+    picked = list(first.values())
+    scores = batch.scores[picked][:, None]  # (N, 1): an outcome estimator reads only the sum per row
+    per_rollout = _outcome_advantages(scores, torch.ones_like(scores), batch.index[picked], cfg)[:, 0]
+    slot = {rollout: k for k, rollout in enumerate(first)}
+    return per_rollout[[slot[rollout] for rollout in owner]][:, None] * batch.response_mask
+
+
+def rollout_mean_weights(batch: TrainBatch) -> torch.Tensor:
+    """(B, R) token weights 1/(N T_r): each of the batch's N rollouts weighs 1/N, spread over its T_r tokens."""
+    owner = _rollout_of_rows(batch)
+    tokens: dict[str, float] = {}
+    for rollout, count in zip(owner, batch.response_mask.sum(-1).tolist()):
+        tokens[rollout] = tokens.get(rollout, 0.0) + count
+    live = [r for r, t in tokens.items() if t > 0]
+    per_token = torch.tensor([1.0 / (len(live) * tokens[r]) if tokens[r] > 0 else 0.0 for r in owner])
+    return per_token[:, None] * batch.response_mask
 
 
 # ---------------------------------------------------------------- step 2: off-policy correction
@@ -177,8 +226,10 @@ def loss_terms(
     cfg: GRPOConfig,
     actor: ActorConfig,
     global_info: dict[str, Any],
+    token_weights: Optional[torch.Tensor] = None,
 ) -> LossTerms:
-    """Loss of rows ``rows`` of ``prep``, normalized by the mini-batch totals in ``global_info``."""
+    """Loss of rows ``rows`` of ``prep``, normalized by the mini-batch totals in ``global_info``
+    (or, for ``rollout-mean-token-mean``, by ``token_weights``: (B, R), see :func:`rollout_mean_weights`)."""
     mb = prep.batch.select(rows)
     out = policy.forward(mb, with_entropy=True, entropy_grad=cfg.entropy_coeff != 0)
     dev = out.logprobs.device
@@ -194,27 +245,29 @@ def loss_terms(
 
     actor.global_batch_info.clear()
     actor.global_batch_info.update(global_info)
+    mode = actor.loss_agg_mode  # verl's; token-sum of weighted tokens for rollout-mean-token-mean
+    scale = token_weights[rows].to(dev) if token_weights is not None else None
     policy_loss_fn = core_algos.get_policy_loss_fn("vanilla")
     pg_loss, pg_metrics = policy_loss_fn(
         old_log_prob=old,
         log_prob=out.logprobs,
         advantages=adv,
         response_mask=mask,
-        loss_agg_mode=cfg.loss_agg_mode,
+        loss_agg_mode=mode,
         config=actor,
-        rollout_is_weights=weights,
+        rollout_is_weights=weights if scale is None else (scale if weights is None else weights * scale),
     )
     loss = pg_loss
     entropy_value = 0.0
     if out.entropy is not None:
-        entropy = core_algos.agg_loss(out.entropy, mask, cfg.loss_agg_mode, **global_info)
+        entropy = core_algos.agg_loss(out.entropy if scale is None else out.entropy * scale, mask, mode, **global_info)
         if cfg.entropy_coeff != 0:
             loss = loss - cfg.entropy_coeff * entropy
         entropy_value = float(entropy.detach())
     kl_value = 0.0
     if prep.ref_logprobs is not None:
         kld = core_algos.kl_penalty(out.logprobs, prep.ref_logprobs[rows].to(dev), cfg.kl_type)
-        kl = core_algos.agg_loss(kld, mask, cfg.loss_agg_mode, **global_info)
+        kl = core_algos.agg_loss(kld if scale is None else kld * scale, mask, mode, **global_info)
         loss = loss + cfg.kl_coef * kl
         kl_value = float(kl.detach())
     return LossTerms(
@@ -244,12 +297,22 @@ def evaluate(policy: HFPolicy, prep: Prepared, cfg: GRPOConfig) -> LossTerms:
     actor = cfg.actor_config()
     everything = torch.arange(prep.batch.num_sequences)
     info = _global_info(prep.batch, everything)
+    weights = _token_weights(prep.batch, everything, cfg)
     total: Optional[LossTerms] = None
     for mb in _micro_rows(policy, prep.batch, everything):
-        terms = loss_terms(policy, prep, mb, cfg, actor, info)
+        terms = loss_terms(policy, prep, mb, cfg, actor, info, weights)
         total = terms if total is None else _add(total, terms)
     assert total is not None
     return total
+
+
+def _token_weights(batch: TrainBatch, rows: torch.Tensor, cfg: GRPOConfig) -> Optional[torch.Tensor]:
+    """For ``rollout-mean-token-mean``: (B, R) weights over the mini-batch ``rows`` (0 elsewhere); else None."""
+    if cfg.loss_agg_mode != ROLLOUT_MEAN:
+        return None
+    weights = torch.zeros_like(batch.response_mask)
+    weights[rows] = rollout_mean_weights(batch.select(rows))
+    return weights
 
 
 def _add(a: LossTerms, b: LossTerms) -> LossTerms:
@@ -312,8 +375,9 @@ def train_step(policy: HFPolicy, batch: TrainBatch, cfg: GRPOConfig, ref_model: 
         order = torch.as_tensor(rng.permutation(batch.num_sequences)) if cfg.mini_batches > 1 else torch.arange(batch.num_sequences)
         for rows in torch.tensor_split(order, min(cfg.mini_batches, batch.num_sequences)):
             info = _global_info(batch, rows)
+            weights = _token_weights(batch, rows, cfg)
             for micro in _micro_rows(policy, batch, rows):
-                terms = loss_terms(policy, prep, micro, cfg, actor, info)
+                terms = loss_terms(policy, prep, micro, cfg, actor, info, weights)
                 terms.loss.backward()
                 sums["loss"] += float(terms.loss.detach())
                 sums["pg_loss"] += terms.pg_loss

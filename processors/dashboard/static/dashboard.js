@@ -315,6 +315,11 @@
       { col: "zero_variance_fraction", label: "groups without signal (fraction)" }, { col: "signal_groups", label: "groups with signal", fmt: fmt.int },
       { col: "effective_batch_size", label: "rows with non-zero advantage", fmt: fmt.int }, { col: "grad_norm", label: "gradient norm" },
     ]) },
+    trajectory_aggregation: { span: 12, render: multiples("step", [
+      { col: "merge_rate", label: "calls merged (fraction)" }, { col: "prefix_breaks", label: "prefix breaks", fmt: fmt.int },
+      { col: "learner_tokens", label: "learner tokens", fmt: fmt.int }, { col: "tokens_per_row", label: "tokens per row", fmt: fmt.int },
+    ]) },
+    prefix_breaks: { span: 12, render: table(null, { link: "rollout_id", empty: "No prefix breaks: every call extended the previous one" }) },
     recent_rollouts: { span: 12, render: table(null, { link: "rollout_id", badges: ["status"] }) },
     rollout_outcomes_over_time: { span: 6, render: lines([{ col: "succeeded", fmt: fmt.int }, { col: "failed", fmt: fmt.int }, { col: "cancelled", fmt: fmt.int }, { col: "retried", fmt: fmt.int }], { empty: "No finished rollouts in this range yet" }) },
     top_failing_tasks: { span: 6, render: table(null, { empty: "No failing tasks" }) },

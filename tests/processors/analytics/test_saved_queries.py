@@ -86,6 +86,14 @@ def test_answers_on_known_data(ch: ClickHouse) -> None:
     signal = _run(ch, "learning_signal")
     assert [(r["step"], r["zero_gradient"]) for r in signal] == [(1, 1), (2, 1)]  # populate's steps have no gradient norm
 
+    # every two-call attempt of populate breaks the prefix: its second prompt [1, 2, 4] is not [1, 2, 3] + [7, 8]
+    breaks = {r["rollout_id"]: r for r in _run(ch, "prefix_breaks")}
+    assert breaks and all(r["call"] == 1 for r in breaks.values())
+    third = breaks["ro-000000000003"]
+    assert (third["first_difference"], third["expected_length"], third["prompt_length"]) == (2, 5, 3)
+    assert (third["expected_token"], third["found_token"]) == (3, 4)
+    assert "ro-e0000000000" not in breaks  # one call: nothing to break
+
 
 def test_malformed_saved_queries_are_rejected() -> None:
     with pytest.raises(SavedQueryError, match="lacks header"):
