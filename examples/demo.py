@@ -193,6 +193,8 @@ def describe(report: dict[str, Any]) -> None:
     verdict = "[green]accuracy improved beyond noise" if val["significant"] else "[yellow]no accuracy improvement beyond noise"
     console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']}; "
                   f"training stopped: {report.get('stop_reason')})")
+    if report.get("shortfall"):
+        console.print(f"[yellow]trained less than asked: {report['shortfall']}")
 
 
 def main() -> int:

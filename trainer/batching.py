@@ -102,10 +102,13 @@ class BatcherStats:
     dropped_groups: int = 0
     timed_out_groups: int = 0
     zero_variance_groups: int = 0  # groups whose members all earned the same reward (counted, dropped or not)
+    trained_groups: int = 0  # groups handed out in batches
+    left_out_groups: int = 0  # zero-variance groups dynamic sampling left out of every batch
     rollouts_filed: int = 0  # distinct train rollouts whose deciding trajectory arrived (retries and replays not counted)
     batches: int = 0
     trained_triplets: int = 0
     staleness: Counter[int] = field(default_factory=Counter)  # histogram of staleness of trained triplets
+    zero_variance_rewards: Counter[float] = field(default_factory=Counter)  # the reward each such group's members all had
 
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self.__dict__.items() if isinstance(v, int)}
@@ -293,6 +296,10 @@ class GroupAssembler:
         # counted when a group leaves: here (dropping off: it trains, with zero advantage) or when dropped
         flat_taken = sum(self._no_signal(filtered) for _, filtered in taken)
         self.stats.zero_variance_groups += flat_taken
+        self.stats.trained_groups += len(taken)
+        for _, filtered in taken:
+            if self._no_signal(filtered):
+                self.stats.zero_variance_rewards[round(trajectory_reward(filtered.members[0].trajectory), 6)] += 1
         signal = len(taken) - flat_taken
         zero_variance, self._zero_variance_since_batch = self._zero_variance_since_batch + flat_taken, 0
         self._zero_variance_rewards.clear()
@@ -306,12 +313,14 @@ class GroupAssembler:
 
     def _drop_no_signal(self, group: _Group, filtered: "_Filtered") -> None:
         self.stats.zero_variance_groups += 1
+        self.stats.left_out_groups += 1
         self._zero_variance_since_batch += 1
         self._count_stale(filtered)
         for m in group.members.values():
             self._done.extend(m.records)
         self._leave(group)
         self._zero_variance_rewards[round(trajectory_reward(filtered.members[0].trajectory), 6)] += 1
+        self.stats.zero_variance_rewards[round(trajectory_reward(filtered.members[0].trajectory), 6)] += 1
         if self._zero_variance_since_batch >= self.config.max_zero_variance_groups:
             seen = ", ".join(f"{n} at reward {r:g}" for r, n in self._zero_variance_rewards.most_common())
             raise NoLearningSignal(

@@ -108,6 +108,7 @@ class RL(Algorithm):
             steps=learner.step if learner else 0,
             policy_version=learner.policy_version if learner else 0,
             stop_reason=service.stop_reason,
+            shortfall=service.shortfall,
             metrics_file=str(metrics_path),
             run_dir=str(out),
         )

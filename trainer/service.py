@@ -35,6 +35,7 @@ from agl_stream_trainer.learner import Learner
 from agl_stream_trainer.metrics import JsonlSink, LogSink, MetricsHub, TopicSink, optional_sinks
 from agl_stream_trainer.proxy_pause import ProxyPause
 from agl_stream_trainer.publisher import WeightPublisher
+from agl_stream_trainer.shortfall import explain_shortfall
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class TrainerService:
         self.learner: Optional[Learner] = None
         self.scheduler: Any = None
         self.stop_reason: Optional[str] = None  # why training ended: max_steps, dataset done, no learning signal
+        self.shortfall: Optional[str] = None  # why it trained fewer steps than asked (explain_shortfall), if it did
         self._closers: list[Any] = []
 
     async def _engine(self, model_dir: Path, model_name: str) -> Any:
@@ -136,6 +138,7 @@ class TrainerService:
             if self.before_loop is not None:
                 await self.before_loop(self)
             await self._loop(learner, producer)
+            self._note_shortfall(learner)
             if self.after_loop is not None:
                 await self.after_loop(self)
             if cfg.checkpoint_every:
@@ -150,6 +153,13 @@ class TrainerService:
                 result = close()
                 if asyncio.iscoroutine(result):
                     await result
+
+    def _note_shortfall(self, learner: Learner) -> None:
+        if learner.batcher is None:
+            return
+        self.shortfall = explain_shortfall(learner.step, self.config.max_steps, self.stop_reason, learner.batcher.stats)
+        if self.shortfall is not None:
+            logger.warning("training trained less than asked: %s", self.shortfall)
 
     def _every_trajectory_filed(self, learner: Learner) -> bool:
         """Nothing can still arrive: every enqueued rollout has its trajectory filed and no group waits.

@@ -95,6 +95,7 @@ class JobStatus(_Model):
     rollouts_expected: Optional[int] = None
     error: Optional[str] = None
     stop_reason: Optional[str] = None
+    shortfall: Optional[str] = Field(None, description="why the job trained fewer learner steps than asked, if it did")
     created_at: float = 0.0
     finished_at: Optional[float] = None
     cluster: Optional[ClusterInfo] = None
@@ -108,6 +109,7 @@ class TrainingResult(_Model):
     job_id: str
     state: JobState
     stop_reason: Optional[str] = None
+    shortfall: Optional[str] = Field(None, description="why the job trained fewer learner steps than asked, if it did")
     steps: int = 0
     policy_version: int = 0
     reward_curve: list[float] = Field(default_factory=list, description="mean batch reward per learner step")

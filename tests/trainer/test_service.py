@@ -181,6 +181,18 @@ async def test_a_task_without_signal_ends_with_a_clear_reason(topics: Settings, 
     assert service.learner is not None and service.learner.step == 0
     assert service.stop_reason is not None and service.stop_reason.startswith("no learning signal: 3 groups in a row")
     assert "(3 at reward 0)" in service.stop_reason
+    assert service.shortfall is not None and service.shortfall.startswith("0 learner steps of 3 asked: all 3 groups had equal rewards (3 at 0)")
+
+
+async def test_a_dataset_that_ends_before_any_signal_says_it_trained_nothing_and_why(topics: Settings, tiny_model_dir,
+                                                                                   tmp_path) -> None:
+    """What a new user met: a job ended 'dataset done' after 0 steps, every group's rewards equal, and said nothing."""
+    items = [{"q": i, "flat": True} for i in range(4)]  # 4 groups, fewer than max_zero_variance_groups
+    config = _service_config(tmp_path, tiny_model_dir, items)
+    service = await _train_with_runner(topics, config)
+    assert service.learner is not None and service.learner.step == 0 and service.stop_reason == "dataset done"
+    assert service.shortfall == ("0 learner steps of 3 asked: all 4 groups had equal rewards (4 at 0), so GRPO had no "
+                                 "advantage to learn from (stopped: dataset done)")  # fmt: skip
 
 
 async def test_a_time_budget_stops_training_between_steps(topics: Settings, tiny_model_dir, tmp_path) -> None:

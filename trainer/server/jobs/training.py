@@ -140,12 +140,13 @@ class TrainingJobs(EvaluationJobs):
             history = await self._history(job.status.job_id, int(report.get("steps", 0)))
             job.result = TrainingResult(
                 job_id=job.status.job_id, state="succeeded", stop_reason=report.get("stop_reason"),
-                steps=int(report.get("steps", 0)), policy_version=int(report.get("policy_version", 0)),
+                shortfall=report.get("shortfall"), steps=int(report.get("steps", 0)), policy_version=int(report.get("policy_version", 0)),
                 reward_curve=[p.reward_mean for p in history], loss_curve=[p.loss for p in history], history=history,
                 training_time_s=time.monotonic() - started, evaluations=evaluations,
                 validation={k: report[k] for k in ("val_before", "val_after", "validation", "validation_reward") if k in report},
             ).model_dump(mode="json")  # fmt: skip
-            job.update(state="succeeded", stop_reason=report.get("stop_reason"), finished_at=time.time())
+            job.update(state="succeeded", stop_reason=report.get("stop_reason"), shortfall=report.get("shortfall"),
+                       finished_at=time.time())  # fmt: skip
 
     async def _history(self, run_id: str, steps: int, timeout: float = 60.0) -> list[StepPoint]:
         """The run's ``training_steps`` rows, once the sinks have written all ``steps`` of them."""
