@@ -19,13 +19,11 @@ from agl_stream.runner import LitAgentRunner
 from agl_stream.types import AttemptEvent, Span
 from agl_stream_controller import CommandSpec
 from agl_stream_controller.agent import CommandAgent
-from agl_stream_ingest.options import IngestOptions
-from agl_stream_ingest.proxy.app import create_app
-from agl_stream_ingest.proxy.config import ProxyConfig
 from examples.controller_demo import CLI_SYSTEM_PROMPT, LLM_CLI, LLM_HOME, ROOT
 from tests.agl_stream.runner.helpers import collect, run_with_timeout
 from tests.agl_stream.runner.test_runner import _enqueue, _finished
-from tests.ingest.fake_backend import create_fake_backend, detokenize, render_chat
+from tests.examples.program_proxy import calculator_proxy
+from tests.ingest.fake_backend import detokenize, render_chat
 from tests.ingest.helpers import ServedApp
 
 pytestmark = pytest.mark.integration
@@ -35,12 +33,9 @@ pytestmark = pytest.mark.integration
 def proxy(topics: Settings) -> Iterator[ServedApp]:
     if not LLM_CLI.exists() or not (LLM_HOME / "logs.db").exists():
         pytest.skip("the llm CLI is not installed: run `make cli-agent`")
-    with ServedApp(create_fake_backend()) as backend:
-        # llm asks for gpt-4o-mini; the proxy serves that name from the backend
-        config = ProxyConfig.from_mapping({"model_list": [{"model_name": "gpt-4o-mini", "litellm_params": {
-            "model": "openai/calculator", "api_base": f"{backend.url}/v1", "api_key": "k"}}]})  # fmt: skip
-        with ServedApp(create_app(topics, IngestOptions(), config)) as served:
-            yield served
+    # llm asks for gpt-4o-mini; the proxy serves that name from the backend
+    with calculator_proxy(topics, "gpt-4o-mini") as served:
+        yield served
 
 
 async def test_the_llm_cli_runs_per_attempt_its_streamed_call_becomes_a_span_and_the_check_grades_it(

@@ -19,12 +19,10 @@ from agl_stream.runner import LitAgentRunner
 from agl_stream.types import AttemptEvent, Span
 from agl_stream_controller import CommandSpec
 from agl_stream_controller.agent import CommandAgent
-from agl_stream_ingest.options import IngestOptions
-from agl_stream_ingest.proxy.app import create_app
-from agl_stream_ingest.proxy.config import ProxyConfig
 from tests.agl_stream.runner.helpers import collect, run_with_timeout
 from tests.agl_stream.runner.test_runner import _enqueue, _finished
-from tests.ingest.fake_backend import create_fake_backend, detokenize
+from tests.examples.program_proxy import calculator_proxy
+from tests.ingest.fake_backend import detokenize
 from tests.ingest.helpers import ServedApp
 
 pytestmark = pytest.mark.integration
@@ -39,11 +37,8 @@ def proxy(topics: Settings) -> Iterator[ServedApp]:
         pytest.skip("node is not installed (Node.js 20+ runs the JavaScript agent)")
     if not (AGENT_DIR / "node_modules" / "openai").is_dir():
         pytest.skip("the agent's npm packages are not installed: run `make js-agent`")
-    with ServedApp(create_fake_backend()) as backend:
-        config = ProxyConfig.from_mapping({"model_list": [{"model_name": "calculator", "litellm_params": {
-            "model": "openai/calculator", "api_base": f"{backend.url}/v1", "api_key": "k"}}]})  # fmt: skip
-        with ServedApp(create_app(topics, IngestOptions(), config)) as served:
-            yield served
+    with calculator_proxy(topics, "calculator") as served:
+        yield served
 
 
 async def test_the_javascript_agent_runs_per_attempt_and_its_calls_become_spans(
