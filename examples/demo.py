@@ -136,36 +136,39 @@ def plot(steps: list[dict[str, Any]], report: dict[str, Any], path: Path) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
     val, before, after = report.get("validation"), report.get("val_before", {}), report.get("val_after", {})
+    # the call panels need the agent's reward parts (the calculator demo reports them; a program agent need not)
+    names = [n for n in (*CALL_PARTS, "correct") if n in before.get("parts", {})]
+    fig, axes = plt.subplots(1, 4 if names else 3, figsize=(19 if names else 14.5, 4))
+    held_out, parts, training, signal = (axes[0], axes[1], axes[2], axes[3]) if names else (axes[0], None, axes[1], axes[2])
     if val:
-        axes[0].bar(["before", "after"], [val["mean_before"], val["mean_after"]], color=["tab:gray", "tab:green"],
-                    yerr=[[0, max(0.0, val["mean_diff"] - val["ci_low"])], [0, max(0.0, val["ci_high"] - val["mean_diff"])]])
+        held_out.bar(["before", "after"], [val["mean_before"], val["mean_after"]], color=["tab:gray", "tab:green"],
+                     yerr=[[0, max(0.0, val["mean_diff"] - val["ci_low"])], [0, max(0.0, val["ci_high"] - val["mean_diff"])]])
         for x, rep in enumerate((before, after)):
             k = rep.get("samples", 1)
-            axes[0].annotate(f"pass@{k} {rep.get('pass_at', {}).get(str(k), 0):.2f}", (x, 0.02), ha="center", color="white")
-        axes[0].set(ylim=(0, 1), ylabel="accuracy (right answers)",
-                    title=f"held-out accuracy, n={val['n']} items\ngain {val['mean_diff']:+.2f}, 95% CI [{val['ci_low']:+.2f}, {val['ci_high']:+.2f}]")
-    names = [n for n in (*CALL_PARTS, "correct") if n in before.get("parts", {})]
-    if names:
+            held_out.annotate(f"pass@{k} {rep.get('pass_at', {}).get(str(k), 0):.2f}", (x, 0.02), ha="center", color="white")
+        held_out.set(ylim=(0, 1), ylabel="accuracy (right answers)",
+                     title=f"held-out accuracy, n={val['n']} items\ngain {val['mean_diff']:+.2f}, 95% CI [{val['ci_low']:+.2f}, {val['ci_high']:+.2f}]")
+    if parts is not None:
         xs = range(len(names))
-        axes[1].bar([x - 0.2 for x in xs], [before["parts"][n] for n in names], 0.4, label="before", color="tab:gray")
-        axes[1].bar([x + 0.2 for x in xs], [after.get("parts", {}).get(n, 0) for n in names], 0.4, label="after", color="tab:green")
-        axes[1].set_xticks(list(xs), [n.replace("_", " ") for n in names])
-        axes[1].set(ylim=(0, 1), ylabel="fraction of episodes", title="held-out episodes: the tool call and the answer")
-        axes[1].legend()
+        parts.bar([x - 0.2 for x in xs], [before["parts"][n] for n in names], 0.4, label="before", color="tab:gray")
+        parts.bar([x + 0.2 for x in xs], [after.get("parts", {}).get(n, 0) for n in names], 0.4, label="after", color="tab:green")
+        parts.set_xticks(list(xs), [n.replace("_", " ") for n in names])
+        parts.set(ylim=(0, 1), ylabel="fraction of episodes", title="held-out episodes: the tool call and the answer")
+        parts.legend()
     by_version = report.get("train_by_version", [])
     if by_version:
         xs = [r["policy_version"] for r in by_version]
-        axes[2].plot(xs, [r["accuracy"] for r in by_version], marker=".", label="right answer")
-        axes[2].plot(xs, [r["well_formed_call"] for r in by_version], marker=".", linestyle="--", label="well-formed call")
-        axes[2].legend()
-    axes[2].set(xlabel="policy version", ylabel="fraction of training episodes", ylim=(0, 1.05),
-                title="training episodes per policy version")
+        training.plot(xs, [r["accuracy"] for r in by_version], marker=".", label="right answer")
+        if parts is not None:
+            training.plot(xs, [r["well_formed_call"] for r in by_version], marker=".", linestyle="--", label="well-formed call")
+        training.legend()
+    training.set(xlabel="policy version", ylabel="fraction of training episodes", ylim=(0, 1.05),
+                 title="training episodes per policy version")
     zero_grad = sum(1 for s in steps if s["grad_norm"] == 0)
-    axes[3].bar([s["step"] for s in steps], [s["zero_variance_fraction"] for s in steps], color="tab:orange")
-    axes[3].set(xlabel="learner step", ylabel="fraction of groups", ylim=(0, 1),
-                title=f"groups without signal, left out (dynamic sampling)\nsteps with a zero gradient: {zero_grad}/{len(steps)}")
+    signal.bar([s["step"] for s in steps], [s["zero_variance_fraction"] for s in steps], color="tab:orange")
+    signal.set(xlabel="learner step", ylabel="fraction of groups", ylim=(0, 1),
+               title=f"groups without signal, left out (dynamic sampling)\nsteps with a zero gradient: {zero_grad}/{len(steps)}")
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
