@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Optional
 
 from fastapi import FastAPI, HTTPException, Request, Response
 
-from agl_stream.service import add_health_routes, always_healthy
+from agl_stream.service import HealthCheck, add_health_routes, always_healthy
 
 from agl_stream_ingest.metrics import REQUEST_LATENCY, REQUESTS, metrics_response
 from agl_stream_ingest.security import read_body
@@ -17,14 +17,15 @@ from agl_stream_ingest.security import read_body
 logger = logging.getLogger(__name__)
 
 
-def add_operations(app: FastAPI, server: str) -> None:
-    """``/health``, ``/metrics`` and a counter of every answered request by route template.
+def add_operations(app: FastAPI, server: str, health: Optional[HealthCheck] = None) -> None:
+    """``/health`` (``health``, or healthy whenever it answers), ``/metrics`` and a counter of every answered
+    request by route template.
 
     Both routes are open (no token): they carry no span data, and probes and scrapers rarely
     hold application secrets. Bind to 127.0.0.1 or firewall the port when that matters.
     """
 
-    add_health_routes(app, always_healthy(server=server))
+    add_health_routes(app, health or always_healthy(server=server))
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

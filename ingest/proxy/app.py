@@ -491,7 +491,14 @@ def create_app(
 
     app = FastAPI(title="agl-stream LLM proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
-    add_operations(app, SERVER)
+
+    def health() -> tuple[bool, dict[str, Any]]:
+        details: dict[str, Any] = {"server": SERVER}
+        if service.finished is not None:  # per-attempt keys: what revokes them (a stuck follower refuses nothing)
+            details["finished_attempts"] = service.finished.details()
+        return True, details
+
+    add_operations(app, SERVER, health)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import HTTPException, Request
 
@@ -47,6 +47,11 @@ class FinishedAttempts:
         self._task: Optional[asyncio.Task[None]] = None
         self.caught_up = asyncio.Event()  # read to the end offsets it saw at start
         self.unreadable = 0
+
+    def details(self) -> dict[str, Any]:
+        """For the proxy's health: how many finished attempts it remembers, whether it has read up to the end
+        it saw at start, and how many agl.attempts records it could not decode (their attempts stay unrevoked)."""
+        return {"remembered": len(self._finished), "caught_up": self.caught_up.is_set(), "unreadable": self.unreadable}
 
     def __contains__(self, attempt_id: str) -> bool:
         return attempt_id in self._finished

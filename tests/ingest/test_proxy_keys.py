@@ -85,6 +85,15 @@ async def test_a_key_writes_its_attempt_only_on_any_replica_until_the_attempt_fi
                 await asyncio.sleep(0.1)
             assert refused.status_code == 401 and "at-keysa001 of rollout ro-keysa0001 has finished" in refused.text
         assert (await _chat(http, b, "ro-keysb0001", "at-keysb001", key_b)).status_code == 200  # B still runs
+        async with RecordProducer(topics) as producer:  # a record no replica can decode revokes nothing: counted
+            await producer.send_and_wait(topics.topic("attempts"), b"not an attempt event", key="ro-keysa0001")
+        for _ in range(200):
+            health = (await http.get(f"{a.url}/health")).json()
+            if health["finished_attempts"]["unreadable"]:
+                break
+            await asyncio.sleep(0.1)
+        assert health["status"] == "ok" and health["finished_attempts"]["caught_up"] is True
+        assert health["finished_attempts"]["unreadable"] == 1 and health["finished_attempts"]["remembered"] >= 1
 
     recorded = json.dumps([span.model_dump() for _, span in await read_spans(topics, expected=4)])
     for secret in (key_a, key_b, forged, SECRET, TOKEN):
