@@ -27,6 +27,8 @@ from agl_stream.types import LLM
 from examples.arithmetic.agent import solve as solve_direct
 from examples.arithmetic.tiers import make_tier
 from examples.calc_agent.agent import run_episode as calc_episode
+from examples.calc_agent.chain import CHAIN_TIERS, make_chain
+from examples.calc_agent.chain import run_episode as chain_episode
 from examples.arithmetic.reward import is_correct
 
 console = Console()
@@ -40,13 +42,14 @@ def direct_episode(task: dict[str, Any], llm: LLM) -> dict[str, float]:
 AGENTS: dict[str, Callable[[dict[str, Any], LLM], dict[str, float]]] = {
     "direct": direct_episode,
     "calculator": lambda task, llm: calc_episode(task, llm).as_rewards(),
+    "chain": chain_episode,  # one operation per call: 3-4 LLM calls per episode (examples/calc_agent/chain.py)
 }
 CANDIDATES = [("direct", "add1"), ("direct", "addsub30"), ("direct", "mul2x1"), ("direct", "mul3x2"),
               ("calculator", "addsub30"), ("calculator", "mul2x1"), ("calculator", "mul3x2")]  # fmt: skip
 
 
 def measure(llm: LLM, agent: str, tier: str, questions: int, k: int, seed: int, progress: Progress) -> dict[str, Any]:
-    tasks = make_tier(tier, questions, seed)
+    tasks = make_chain(tier, questions, seed) if tier in CHAIN_TIERS else make_tier(tier, questions, seed)
     jobs = [(i, task) for i, task in enumerate(tasks) for _ in range(k)]
     bar = progress.add_task(f"{agent} / {tier}", total=len(jobs))
 
@@ -65,18 +68,19 @@ def measure(llm: LLM, agent: str, tier: str, questions: int, k: int, seed: int, 
         "pass@1": statistics.fmean(o["correct"] for _, o in results),
         f"pass@{k}": statistics.fmean(max(o["correct"] for o in outs) for outs in per_question.values()),
     }  # fmt: skip
-    for key in ("call_well_formed", "call_correct"):
+    for key in ("call_well_formed", "call_correct", "tool_calls"):
         if key in results[0][1]:
             row[key] = statistics.fmean(o[key] for _, o in results)
     return row
 
 
 def table(rows: list[dict[str, Any]], k: int) -> str:
-    lines = [f"| agent | tier | example | pass@1 | pass@{k} | well-formed call | correct call |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| agent | tier | example | pass@1 | pass@{k} | well-formed call | correct call | tool calls |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         call = lambda key: f"{r[key]:.2f}" if key in r else "-"  # noqa: E731
         lines.append(f"| {r['agent']} | {r['tier']} | {r['example']} | {r['pass@1']:.3f} | {r[f'pass@{k}']:.3f} | "
-                     f"{call('call_well_formed')} | {call('call_correct')} |")  # fmt: skip
+                     f"{call('call_well_formed')} | {call('call_correct')} | {call('tool_calls')} |")  # fmt: skip
     return "\n".join(lines)
 
 
