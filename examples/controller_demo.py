@@ -155,7 +155,9 @@ def main() -> int:
         asyncio.run(stack.start())
         proxy = ServiceProcess("proxy", [*AGL, "ingest", "proxy", "--backend",
                                          f"{program.model_name}=http://127.0.0.1:{engine_port}/v1",
-                                         "--port", str(proxy_port)], env=stack.env(), log_path=logs / "proxy.log").start()  # fmt: skip
+                                         "--port", str(proxy_port),
+                                         # a CPU engine answering 16 agents at once: long answers take minutes
+                                         "--request-timeout", "900"], env=stack.env(), log_path=logs / "proxy.log").start()  # fmt: skip
         try:
             wait_until_up(f"http://127.0.0.1:{proxy_port}/health", proxy)
             spec = CommandSpec.model_validate(program.spec)

@@ -24,7 +24,9 @@ heartbeating becomes ``unresponsive`` and is requeued as a *new* attempt when th
 upstream. Until the claim completes the agent has not run, so redelivery is harmless: a task whose
 partition moved to another runner (a rebalance, a lost session) is left to its new owner, and a
 runner that dies mid-claim leaves the task to the group; the only trace is a repeated ``started``
-event, which the state machine ignores.
+event, which the state machine ignores. A runner also remembers the attempts it claimed (the last
+``CLAIMS_REMEMBERED``): a task record delivered again after its claim (the group's committed offset
+went back, once in a 20,000-rollout nemesis run) is skipped, not run a second time under its id.
 
 Worker heartbeats go to ``agl.workers``. On stop it takes no new tasks, lets running attempts
 finish (up to ``shutdown_grace`` seconds, after which they are cancelled and reported failed),
@@ -41,6 +43,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
@@ -64,6 +67,8 @@ logger = logging.getLogger(__name__)
 
 RUNNER_GROUP = RUNNERS_GROUP
 SHUTDOWN_ERROR = "cancelled: runner shutting down"
+#: attempt ids a runner remembers having claimed (about 100 bytes each), so a redelivered task never runs twice
+CLAIMS_REMEMBERED = 100_000
 
 _CURRENT: contextvars.ContextVar[Optional["LitAgentRunner"]] = contextvars.ContextVar("agl_runner", default=None)
 
@@ -125,6 +130,9 @@ class LitAgentRunner:
         self._consumer: Optional[RecordConsumer] = None
         self._resources: Optional[ResourceCache] = None
         self._running: dict[asyncio.Task[None], AttemptedRollout] = {}
+        # attempts this runner claimed: a record redelivered after its claim (the group's offset went back,
+        # seen once in a 20,000-rollout nemesis run) must not run the same attempt id a second time
+        self._claimed: OrderedDict[str, None] = OrderedDict()
         self._background: list[asyncio.Task[None]] = []
         self._commit_lock = asyncio.Lock()
         self._worker = Worker(worker_id=self.worker_id, status="idle")
@@ -267,9 +275,27 @@ class LitAgentRunner:
                     if is_preclaimed(decoded.headers):  # written by start_rollout/start_attempt: its writer runs it
                         self._consumer.done(decoded.record)
                         continue
+                    if self._already_claimed(decoded):
+                        self._consumer.done(decoded.record)  # this runner ran it: the offset may move past it
+                        continue
                     self._launch(decoded)
         finally:
             stop_wait.cancel()
+
+    def _already_claimed(self, decoded: Decoded[AttemptedRollout]) -> bool:
+        attempt_id = decoded.value.attempt.attempt_id
+        if attempt_id not in self._claimed and all(r.attempt.attempt_id != attempt_id for r in self._running.values()):
+            return False
+        self.stats.redelivered_skipped += 1
+        logger.warning("task %s (attempt %s, %s[%d]@%d) delivered again after this runner took it; not run twice",
+                       decoded.value.rollout_id, attempt_id, decoded.record.topic, decoded.record.partition,
+                       decoded.record.offset)  # fmt: skip
+        return True
+
+    def _remember_claim(self, attempt_id: str) -> None:
+        self._claimed[attempt_id] = None
+        while len(self._claimed) > CLAIMS_REMEMBERED:
+            self._claimed.popitem(last=False)
 
     def _launch(self, decoded: Decoded[AttemptedRollout]) -> None:
         self.stats.rollouts_started += 1
@@ -321,6 +347,7 @@ class LitAgentRunner:
         if not claimed:
             self.stats.rollouts_started -= 1
             return
+        self._remember_claim(rollout.attempt.attempt_id)
         self._set_busy(rollout)
         status, error = "failed", SHUTDOWN_ERROR
         holder: list[AttemptCounters] = []

@@ -20,6 +20,7 @@ class RunnerStats:
     spans_dropped: int = 0
     hook_errors: int = 0
     running: int = 0
+    redelivered_skipped: int = 0  # task records of attempts this runner had already claimed (not run again)
 
     @property
     def rollouts_done(self) -> int:

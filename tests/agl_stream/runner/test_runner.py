@@ -166,3 +166,30 @@ async def test_stop_cancels_running_attempts_after_grace(topics: Settings, monke
     assert stats.rollouts_failed == 1  # type: ignore[attr-defined]
     finished = _finished(await collect(topics, "attempts", AttemptEvent, lambda ev: len(_finished(ev)) >= 1))
     assert finished[rid].error == SHUTDOWN_ERROR and finished[rid].span_count == 1
+
+
+async def test_a_task_delivered_again_after_its_claim_does_not_run_twice(topics: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    """A redelivery looks like a second record of an attempt already claimed: the runner skips it."""
+    from agl_stream.kafka import RecordProducer
+    from agl_stream.types import AttemptedRollout
+
+    first, second = await _enqueue(topics, [{"x": 1, "steps": 2}, {"x": 2, "steps": 2}], mode="train")
+    tasks = {t.rollout_id: t for t in await collect(topics, "tasks", AttemptedRollout, lambda got: len(got) >= 2)}
+    async with RecordProducer(topics) as producer:  # the first task's record again, as a redelivery brings it
+        await producer.send_and_wait(topics.topic("tasks"), tasks[first], key=first)
+    caplog.set_level(logging.WARNING)
+    stop = asyncio.Event()
+    runner = LitAgentRunner(agents.reward_agent, topics, heartbeat_interval=0.2)
+    run = asyncio.create_task(runner.run(stop))
+    for _ in range(300):  # until both ran and the copy was seen (or 30 s)
+        if runner.stats.rollouts_succeeded >= 2 and runner.stats.redelivered_skipped >= 1:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)  # time to run the copy, were it run
+    stop.set()
+    stats = await run_with_timeout(run)
+    assert stats.rollouts_succeeded == 2 and stats.redelivered_skipped == 1  # type: ignore[attr-defined]
+    events = await collect(topics, "attempts", AttemptEvent, lambda ev: len(_finished(ev)) >= 2)
+    started = [e.rollout_id for e in events if e.kind == "started"]
+    assert started.count(first) == 1 and started.count(second) == 1
+    assert "delivered again after this runner took it" in caplog.text
