@@ -91,6 +91,7 @@ def proxy(
     backend: list[str] = typer.Option([], "--backend", help="NAME=URL of an OpenAI-compatible server (repeatable)"),
     logprobs: Optional[int] = typer.Option(None, "--logprobs", help="always request logprobs (k alternatives)"),
     no_token_ids: bool = typer.Option(False, "--no-token-ids", help="do not ask backends for return_token_ids"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="with --backend: the most tokens one call may generate (a larger max_tokens is lowered; in a --config file: model_info.max_tokens)"),
     allow_untracked: bool = typer.Option(False, "--allow-untracked",
                                          help="serve calls without rollout/attempt ids (unrecorded) instead of 400"),
     bootstrap: Optional[str] = BootstrapOpt,
@@ -111,7 +112,8 @@ def proxy(
     if config is not None:
         proxy_config = ProxyConfig.from_file(config, **overrides)
     else:
-        proxy_config = ProxyConfig.from_backends(backend, api_key=settings.ingest_backend_api_key, **overrides)
+        proxy_config = ProxyConfig.from_backends(backend, api_key=settings.ingest_backend_api_key, max_tokens=max_tokens,
+                                                 **overrides)  # fmt: skip
     env.update(proxy_config.to_env())
     _serve("agl_stream_ingest.proxy.app:app_from_env", host, port, workers, settings, env,
            max(settings.ingest_request_timeout, settings.ingest_produce_timeout))  # fmt: skip

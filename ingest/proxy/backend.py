@@ -80,6 +80,13 @@ def shape_request(body: Mapping[str, Any], kind: Kind, model: ModelConfig, confi
             kwargs["stream_options"] = {"include_usage": True}  # usage is recorded even if the client did not ask
     else:
         kwargs["prompt"] = body["prompt"]
+    ceiling = model.max_tokens
+    if ceiling is not None:
+        asked = [key for key in ("max_tokens", "max_completion_tokens") if kwargs.get(key) is not None]
+        for key in asked:
+            kwargs[key] = min(int(kwargs[key]), ceiling)
+        if not asked:
+            kwargs["max_tokens"] = ceiling
     client_asked_logprobs = bool(kwargs.get("logprobs"))
     if config.logprobs is not None and not client_asked_logprobs:
         if kind == "chat":

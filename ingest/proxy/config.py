@@ -52,6 +52,22 @@ class ModelConfig(BaseModel):
         return self.provider in _VLLM_COMPATIBLE and bool(self.litellm_params.get("api_base"))
 
     @property
+    def max_tokens(self) -> Optional[int]:
+        """A ceiling on the tokens one call may generate (``model_info.max_tokens``): a larger ``max_tokens`` /
+        ``max_completion_tokens`` is lowered to it, a call without one gets it. For a small engine that unchanged
+        agents ask for more than it can answer in time."""
+        value = self.model_info.get("max_tokens")
+        return int(value) if value is not None else None
+
+    @field_validator("model_info")
+    @classmethod
+    def _positive_ceiling(cls, info: dict[str, Any]) -> dict[str, Any]:
+        value = info.get("max_tokens")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"model_info.max_tokens must be a positive integer, not {value!r}")
+        return info
+
+    @property
     def policy_version(self) -> Optional[int]:
         """A fixed policy version for backends that do not report one (``model_info.policy_version``)."""
         value = self.model_info.get("policy_version")
@@ -103,15 +119,18 @@ class ProxyConfig(BaseModel):
         return cls.from_mapping(doc, **overrides)
 
     @classmethod
-    def from_backends(cls, backends: list[str], api_key: Optional[str] = None, **overrides: Any) -> "ProxyConfig":
-        """``NAME=URL`` pairs of OpenAI-compatible servers (vLLM, the embedded CPU server)."""
+    def from_backends(cls, backends: list[str], api_key: Optional[str] = None, max_tokens: Optional[int] = None,
+                      **overrides: Any) -> "ProxyConfig":
+        """``NAME=URL`` pairs of OpenAI-compatible servers (vLLM, the embedded CPU server); ``max_tokens``: each
+        one's ``model_info.max_tokens``."""
         models = []
         for spec in backends:
             name, sep, url = spec.partition("=")
             if not sep or not name or not url.startswith(("http://", "https://")):
                 raise SettingsError(f"--backend {spec!r}: expected NAME=http://host:port/v1")
             models.append({"model_name": name, "litellm_params": {
-                "model": f"openai/{name}", "api_base": url.rstrip("/"), "api_key": api_key or "EMPTY"}})
+                "model": f"openai/{name}", "api_base": url.rstrip("/"), "api_key": api_key or "EMPTY"},
+                "model_info": {"max_tokens": max_tokens} if max_tokens is not None else {}})
         return cls.from_mapping({"model_list": models}, **overrides)
 
     @classmethod

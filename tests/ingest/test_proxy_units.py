@@ -90,6 +90,26 @@ def test_configured_logprobs_and_client_choices() -> None:
                                              stream=False, timeout=5).kwargs
 
 
+def test_a_model_ceiling_lowers_what_a_call_may_generate() -> None:
+    capped = {**VLLM, "model_info": {"max_tokens": 64}}
+    config = ProxyConfig.from_mapping({"model_list": [capped]})
+    model = config.model_list[0]
+
+    def asked(body: dict) -> dict:
+        return shape_request({"model": "qwen", "messages": [], **body}, "chat", model, config, stream=False, timeout=5).kwargs
+
+    assert asked({"max_tokens": 1024})["max_tokens"] == 64  # an unchanged agent asking for more than the engine can
+    assert asked({"max_tokens": 16})["max_tokens"] == 16
+    assert asked({"max_completion_tokens": 500})["max_completion_tokens"] == 64
+    assert asked({})["max_tokens"] == 64
+    uncapped = ProxyConfig.from_mapping({"model_list": [VLLM]})
+    assert "max_tokens" not in shape_request({"model": "qwen", "messages": []}, "chat", uncapped.model_list[0], uncapped,
+                                             stream=False, timeout=5).kwargs  # fmt: skip
+    assert ProxyConfig.from_backends(["m=http://h:1/v1"], max_tokens=32).model_list[0].max_tokens == 32
+    with pytest.raises(ValueError, match="positive integer"):
+        ProxyConfig.from_mapping({"model_list": [{**VLLM, "model_info": {"max_tokens": 0}}]})
+
+
 # ---------------------------------------------------------------- capture
 
 
