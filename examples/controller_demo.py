@@ -180,6 +180,7 @@ def main() -> int:
             if program.source is not None:
                 report["agent_source"] = {"path": str(program.source), "sha256": sha256(program.source.read_bytes()).hexdigest()}
                 console.print(f"the agent, run unchanged: {program.source} (sha256 {report['agent_source']['sha256']})")
+                (data_dir / "run" / "report.json").write_text(json.dumps(report, indent=2))
         finally:
             proxy.stop()
             stack.stop()
