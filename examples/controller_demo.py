@@ -42,7 +42,7 @@ from agl_stream.service import ServiceProcess
 from agl_stream.trainer import Trainer
 from agl_stream_controller import CommandSpec
 from agl_stream_controller.agent import CommandAgent
-from examples.demo import console, present, trainer_config
+from examples.demo import console, demo_knobs, present, trainer_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_DIR = ROOT / "examples" / "js_calc_agent"
@@ -127,12 +127,7 @@ def main() -> int:
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     name = sys.argv[1] if len(sys.argv) > 1 else "js"
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "6"))
-    train_seconds = float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360"))
-    seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
-    model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
-    n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
-    eval_samples = int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2"))
+    steps, train_seconds, seed, model, n_val, eval_samples = demo_knobs()
     program = program_agent(name, model)
     if program.missing is not None:
         console.print(f"[red]{program.missing}")

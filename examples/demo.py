@@ -200,16 +200,19 @@ def describe(report: dict[str, Any]) -> None:
         console.print(f"[yellow]trained less than asked: {report['shortfall']}")
 
 
+def demo_knobs() -> tuple[int, float, int, str, int, int]:
+    """``AGL_DEMO_STEPS``, ``_TRAIN_SECONDS``, ``_SEED``, ``_MODEL``, ``_VAL`` (held-out questions) and ``_EVAL_SAMPLES``
+    (answers per question), with the demo's defaults; ``make js-demo`` and friends read the same."""
+    return (int(os.environ.get("AGL_DEMO_STEPS", "6")), float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360")),
+            int(os.environ.get("AGL_DEMO_SEED", "0")), os.environ.get("AGL_DEMO_MODEL", "smollm2"),
+            int(os.environ.get("AGL_DEMO_VAL", "64")), int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2")))  # fmt: skip
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "httpx", "LiteLLM", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    steps = int(os.environ.get("AGL_DEMO_STEPS", "6"))
-    train_seconds = float(os.environ.get("AGL_DEMO_TRAIN_SECONDS", "360"))
-    seed = int(os.environ.get("AGL_DEMO_SEED", "0"))
-    model = os.environ.get("AGL_DEMO_MODEL", "smollm2")
-    n_val = int(os.environ.get("AGL_DEMO_VAL", "64"))
-    eval_samples = int(os.environ.get("AGL_DEMO_EVAL_SAMPLES", "2"))
+    steps, train_seconds, seed, model, n_val, eval_samples = demo_knobs()
     data_dir = Path(os.environ.get("AGL_DATA_DIR", ROOT / ".agl" / "demo"))
     if data_dir.exists() and "AGL_DATA_DIR" not in os.environ:
         shutil.rmtree(data_dir)  # a fresh run: its own ClickHouse tables and logs
