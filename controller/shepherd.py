@@ -4,7 +4,8 @@ The kernel's parent-death signal reaches only a direct child. Were the command t
 controller that died by SIGKILL would take the command with it, but not what the command started. So the
 controller starts this shepherd (``python -I shepherd.py SETUP_JSON -- ARGV...``; the JSON holds the limits and
 the controller's pid) instead:
-- it asks for ``SIGUSR2`` when the controller dies, and then SIGKILLs every descendant it has and exits;
+- it asks for ``SIGUSR2`` when the controller dies, and then SIGKILLs every descendant it has, round after
+  round until none is left (a process may fork between a round's listing and its kill), and exits;
 - it is a child subreaper, so what the command started and orphaned (a daemon, a ``setsid`` child) is
   re-parented to it and still among its descendants;
 - it applies the rlimits to the command only (its own interpreter needs more address space than an agent
@@ -25,6 +26,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from types import FrameType
 from typing import Any, Optional
 
@@ -35,6 +37,8 @@ PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 
 #: what the controller's death is announced with (SIGTERM is the timeout's, for the command)
 CONTROLLER_GONE = signal.SIGUSR2
+#: how long the take-down keeps killing what the tree forks meanwhile
+TAKE_DOWN_S = 10.0
 #: the shepherd's exit status when it could not start the command (exec failed: not found, not executable)
 EXIT_NOT_STARTED = 127
 
@@ -55,14 +59,49 @@ def _prctl(option: int, value: int) -> bool:
 
 
 def _take_down_everything(signum: int, frame: Optional[FrameType]) -> None:
-    tree = psutil.Process().children(recursive=True)
-    for proc in tree:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(tree, timeout=5)
+    """Kill every descendant, round after round, until none is left; then exit.
+
+    One round is not enough: between listing the tree and killing it, a process of the tree may fork. Its
+    child, orphaned by the kill, is re-parented here (the shepherd is a subreaper), so the next round finds it.
+    """
+    deadline = time.monotonic() + TAKE_DOWN_S
+    while time.monotonic() < deadline:
+        tree = [proc for proc in _descendants() if _alive(proc)]
+        if not tree:
+            break
+        for proc in tree:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(tree, timeout=0.5)
+        _reap_orphans()
     os._exit(128 + signum)
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _reap_orphans() -> None:
+    """Collect the exit statuses of children that already ended (re-parented orphans included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def main(argv: list[str]) -> int:

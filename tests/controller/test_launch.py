@@ -166,3 +166,62 @@ def test_a_controller_killed_mid_attempt_takes_the_whole_tree_with_it(tmp_path: 
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_killed_controller_takes_down_a_command_that_keeps_forking(tmp_path: Path) -> None:
+    """A process of the tree may fork between the shepherd's listing of the tree and its kill: the orphan that
+    fork leaves is re-parented to the shepherd, which keeps killing until none is left (the stop-45 CI failure:
+    an agent's helper, started just as the controller died, outlived it)."""
+    import signal
+    import subprocess
+    import uuid
+
+    mark = uuid.uuid4().hex
+    started = tmp_path / "started"
+    agent = textwrap.dedent(f"""
+        import os, time
+        open({str(started)!r}, "w").write("yes")
+        while True:  # a child every few milliseconds, each one sleeping
+            if os.fork() == 0:
+                time.sleep(600)
+                os._exit(0)
+            time.sleep(0.002)
+    """)
+    controller = textwrap.dedent(f"""
+        import asyncio, os, sys
+        from pathlib import Path
+        from agl_stream_controller import run_command
+        asyncio.run(run_command([sys.executable, "-c", {agent!r}], env=dict(os.environ), log_path=Path({str(tmp_path / "o.log")!r})))
+    """)
+    env_ = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AGL_TEST_FORK_MARK": mark}
+
+    def marked() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("AGL_TEST_FORK_MARK") == mark and proc.pid != controller_proc.pid \
+                        and proc.status() != psutil.STATUS_ZOMBIE:  # fmt: skip
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    controller_proc = subprocess.Popen([PY, "-c", controller], env=env_)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline and controller_proc.poll() is None, "the agent did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # a tree of a few hundred sleeping children, still growing
+        assert len(marked()) > 10
+        controller_proc.send_signal(signal.SIGKILL)
+        controller_proc.wait(10)
+        deadline = time.monotonic() + 15
+        while (left := marked()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"{len(left)} processes of the killed controller's command still alive"
+    finally:
+        if controller_proc.poll() is None:
+            controller_proc.kill()
+        for proc in marked():
+            proc.kill()
