@@ -2,7 +2,9 @@
 
 For every candidate (an agent and a tier) ``--questions`` questions are each answered ``--k``
 times by sampling (temperature 1.0, as in training); pass@1 is the mean success over all samples
-and pass@k the fraction of questions with at least one right answer among the k. For the
+and pass@k the fraction of questions with at least one right answer among the k (for a quiz, several questions
+per episode, the success is the fraction right and pass@k is per question; "all right" is the fraction of
+episodes with every question right). For the
 calculator agent the fraction of episodes with a well-formed call and with a correct call are
 reported too. RL can only sharpen what the model sometimes does: train where pass@k is well above
 pass@1. Writes a markdown table (``--out``)::
@@ -29,6 +31,8 @@ from examples.arithmetic.tiers import make_tier
 from examples.calc_agent.agent import run_episode as calc_episode
 from examples.calc_agent.chain import CHAIN_TIERS, make_chain
 from examples.calc_agent.chain import run_episode as chain_episode
+from examples.calc_agent.quiz import QUIZ_TIERS, make_quiz
+from examples.calc_agent.quiz import run_episode as quiz_episode
 from examples.arithmetic.reward import is_correct
 
 console = Console()
@@ -43,13 +47,19 @@ AGENTS: dict[str, Callable[[dict[str, Any], LLM], dict[str, float]]] = {
     "direct": direct_episode,
     "calculator": lambda task, llm: calc_episode(task, llm).as_rewards(),
     "chain": chain_episode,  # one operation per call: 3-4 LLM calls per episode (examples/calc_agent/chain.py)
+    "quiz": quiz_episode,  # several calculator questions in one conversation (examples/calc_agent/quiz.py)
 }
 CANDIDATES = [("direct", "add1"), ("direct", "addsub30"), ("direct", "mul2x1"), ("direct", "mul3x2"),
               ("calculator", "addsub30"), ("calculator", "mul2x1"), ("calculator", "mul3x2")]  # fmt: skip
 
 
 def measure(llm: LLM, agent: str, tier: str, questions: int, k: int, seed: int, progress: Progress) -> dict[str, Any]:
-    tasks = make_chain(tier, questions, seed) if tier in CHAIN_TIERS else make_tier(tier, questions, seed)
+    if tier in CHAIN_TIERS:
+        tasks = make_chain(tier, questions, seed)
+    elif tier in QUIZ_TIERS:
+        tasks = make_quiz(tier, questions, seed)
+    else:
+        tasks = make_tier(tier, questions, seed)
     jobs = [(i, task) for i, task in enumerate(tasks) for _ in range(k)]
     bar = progress.add_task(f"{agent} / {tier}", total=len(jobs))
 
@@ -68,19 +78,24 @@ def measure(llm: LLM, agent: str, tier: str, questions: int, k: int, seed: int, 
         "pass@1": statistics.fmean(o["correct"] for _, o in results),
         f"pass@{k}": statistics.fmean(max(o["correct"] for o in outs) for outs in per_question.values()),
     }  # fmt: skip
-    for key in ("call_well_formed", "call_correct", "tool_calls"):
+    if "right" in results[0][1]:  # several questions per episode: pass@k per question, and every one right
+        row[f"pass@{k}"] = statistics.fmean(max(o["right"][q] for o in outs)
+                                            for outs in per_question.values() for q in range(len(outs[0]["right"])))  # fmt: skip
+        row["all right"] = statistics.fmean(o["all_correct"] for _, o in results)
+    for key in ("call_well_formed", "call_correct", "tool_calls", "llm_calls"):
         if key in results[0][1]:
             row[key] = statistics.fmean(o[key] for _, o in results)
     return row
 
 
 def table(rows: list[dict[str, Any]], k: int) -> str:
-    lines = [f"| agent | tier | example | pass@1 | pass@{k} | well-formed call | correct call | tool calls |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| agent | tier | example | pass@1 | pass@{k} | well-formed call | correct call | tool calls | LLM calls | all right |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         call = lambda key: f"{r[key]:.2f}" if key in r else "-"  # noqa: E731
         lines.append(f"| {r['agent']} | {r['tier']} | {r['example']} | {r['pass@1']:.3f} | {r[f'pass@{k}']:.3f} | "
-                     f"{call('call_well_formed')} | {call('call_correct')} | {call('tool_calls')} |")  # fmt: skip
+                     f"{call('call_well_formed')} | {call('call_correct')} | {call('tool_calls')} | {call('llm_calls')} | "
+                     f"{call('all right')} |")  # fmt: skip
     return "\n".join(lines)
 
 
