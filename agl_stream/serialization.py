@@ -25,6 +25,7 @@ from agl_stream.types import (
     RolloutControl,
     RolloutSnapshot,
     Span,
+    TrainingRun,
     TrainingStep,
     Trajectory,
     Worker,
@@ -47,6 +48,7 @@ SCHEMAS: dict[type[BaseModel], str] = {
     Worker: "worker",
     DeadLetter: "dead_letter",
     TrainingStep: "training_step",
+    TrainingRun: "training_run",
     DatasetLine: "dataset_line",
 }
 MODELS_BY_SCHEMA: dict[str, type[BaseModel]] = {name: model for model, name in SCHEMAS.items()}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
 from agl_stream.config import Settings
-from agl_stream.types import TrainingStep
+from agl_stream.types import TrainingRun, TrainingStep
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +142,18 @@ def training_step(m: StepMetrics, run_id: str, total_steps: Optional[int] = None
         publish_seconds=m.publish_seconds, num_triplets=m.num_triplets, num_sequences=m.num_sequences,
         learning_rate=m.learning_rate, staleness_histogram=dict(m.staleness_histogram), extra=dict(m.extra),
     )  # fmt: skip
+
+
+async def publish_run(producer: Any, settings: Settings, run: TrainingRun) -> bool:
+    """Send one :class:`TrainingRun` record to ``agl.training_runs``; a failure is logged, never raised (the
+    run's own outcome must not depend on it). True when the broker acknowledged it."""
+    topic = settings.topic("training_runs")
+    try:
+        await producer.send_and_wait(topic, run, key=run.run_id)
+        return True
+    except Exception as exc:
+        logger.error("the %s record of run %s was not published to %s: %r", run.status, run.run_id, topic, exc)
+        return False
 
 
 class JsonlSink:

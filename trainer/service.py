@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from agl_stream.config import Settings
+from agl_stream.types import TrainingRun
+from agl_stream.types.metrics import TrainingRunStatus
 
 from agl_stream_trainer.backends.hf import HFPolicy
 from agl_stream_trainer.batching import NoLearningSignal
 from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.learner import Learner
-from agl_stream_trainer.metrics import JsonlSink, LogSink, MetricsHub, TopicSink, optional_sinks
+from agl_stream_trainer.metrics import JsonlSink, LogSink, MetricsHub, TopicSink, optional_sinks, publish_run
 from agl_stream_trainer.proxy_pause import ProxyPause
 from agl_stream_trainer.publisher import WeightPublisher
 from agl_stream_trainer.shortfall import explain_shortfall
@@ -115,6 +117,9 @@ class TrainerService:
         if cfg.metrics.topic:  # the sinks write agl.training_steps to ClickHouse's training_steps table
             sinks.append(TopicSink(producer, self.settings, cfg.run_id, total_steps=cfg.max_steps))
         metrics = MetricsHub(sinks)
+        started_at, error = time.time(), None
+        if cfg.metrics.topic:
+            await publish_run(producer, self.settings, self.run_record("running", started_at))
         try:
             engine = await self._engine(model_dir, model_name)
             publisher = None
@@ -143,16 +148,40 @@ class TrainerService:
                 await self.after_loop(self)
             if cfg.checkpoint_every:
                 await learner.checkpoint()
+        except BaseException as exc:  # said in the run's record, then raised as it was
+            error = "cancelled" if isinstance(exc, asyncio.CancelledError) else repr(exc)
+            raise
         finally:
             if self.learner is not None:
                 await self.learner.stop()
             await metrics.drain()
             metrics.close()
+            if cfg.metrics.topic:
+                end = self.run_record("failed" if error else "finished", started_at, ended_at=time.time(), error=error)
+                await publish_run(producer, self.settings, end)
             await producer.stop()
             for close in reversed(self._closers):
                 result = close()
                 if asyncio.iscoroutine(result):
                     await result
+
+    def run_record(self, status: TrainingRunStatus, started_at: float, *, ended_at: Optional[float] = None,
+                   error: Optional[str] = None) -> TrainingRun:  # fmt: skip
+        """The run as one ``agl.training_runs`` record: the steps, why fewer than asked, what the batcher saw."""
+        learner, cfg = self.learner, self.config
+        stats = learner.batcher.stats if learner is not None and learner.batcher is not None else None
+        return TrainingRun(
+            run_id=cfg.run_id, status=status, started_at=started_at, ended_at=ended_at, error=error,
+            steps=learner.step if learner is not None else 0, asked_steps=cfg.max_steps,
+            policy_version=learner.policy_version if learner is not None else 0,
+            stop_reason=self.stop_reason, shortfall=self.shortfall,
+            algorithm=cfg.algorithm.estimator, aggregation=cfg.algorithm.aggregation,
+            trained_groups=stats.trained_groups if stats else 0,
+            equal_reward_groups=stats.zero_variance_groups if stats else 0,
+            dropped_groups=stats.dropped_groups if stats else 0,
+            left_out_groups=stats.left_out_groups if stats else 0,
+            failed_rollouts=stats.failed_rollouts if stats else 0,
+        )  # fmt: skip
 
     def _note_shortfall(self, learner: Learner) -> None:
         if learner.batcher is None:

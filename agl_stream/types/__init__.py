@@ -22,7 +22,7 @@ from agl_stream.types.core import (
     WorkerStatus,
 )
 from agl_stream.types.datasets import DatasetLine, DatasetSplit
-from agl_stream.types.metrics import TrainingStep
+from agl_stream.types.metrics import TrainingRun, TrainingStep
 from agl_stream.types.records import AttemptEvent, AttemptEventKind, DeadLetter, RolloutControl, RolloutSnapshot
 from agl_stream.types.resources import LLM, NamedResources, PromptTemplate, ProxyLLM, Resource, ResourcesUpdate
 from agl_stream.types.spans import Event, Link, OtelResource, Span, SpanContext, SpanCoreFields, TraceStatus
@@ -88,6 +88,7 @@ __all__ = [
     "SpanCoreFields",
     "TaskInput",
     "TraceStatus",
+    "TrainingRun",
     "TrainingStep",
     "Trajectory",
     "TrajectoryDecision",

@@ -25,7 +25,7 @@ SECTIONS: tuple[Section, ...] = (
             ("rollout_rates", "throughput", "rollout_outcomes", "throughput_over_time", "stage_latency", "dead_letters_by_reason")),
     Section("rewards", "Rewards",
             ("accuracy_by_policy_version", "reward_by_policy_version", "reward_over_time", "reward_by_resources_version", "trajectory_decisions")),
-    Section("training", "Training", ("training_progress", "learning_signal", "trajectory_aggregation", "prefix_breaks")),
+    Section("training", "Training", ("training_runs", "training_progress", "learning_signal", "trajectory_aggregation", "prefix_breaks")),
     Section("rollouts", "Rollouts", ("recent_rollouts", "rollout_outcomes_over_time", "top_failing_tasks", "workers")),
     Section("data", "Spans and tokens",
             ("spans_over_time", "spans_per_rollout_summary", "spans_per_rollout", "token_counts", "tokens_over_time")),

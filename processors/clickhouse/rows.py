@@ -12,7 +12,17 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from agl_stream.types import AttemptEvent, DatasetLine, DeadLetter, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Worker
+from agl_stream.types import (
+    AttemptEvent,
+    DatasetLine,
+    DeadLetter,
+    ResourcesUpdate,
+    RolloutSnapshot,
+    TrainingRun,
+    TrainingStep,
+    Trajectory,
+    Worker,
+)
 from agl_stream_processors.clickhouse.columns import (
     STR_LIST,
     UTC_MS,
@@ -157,6 +167,29 @@ TRAINING_STEP_SCHEMA = pa.schema(
         ("NumSequences", pa.uint64()),
         ("LearningRate", pa.float64()),
         ("Extra", pa.map_(pa.string(), pa.float64())),
+    ]
+)
+
+TRAINING_RUN_SCHEMA = pa.schema(
+    [
+        ("RunId", pa.string()),
+        ("Status", pa.string()),
+        ("StartedAt", UTC_MS),
+        ("UpdatedAt", UTC_MS),
+        ("EndedAt", UTC_MS),
+        ("Steps", pa.uint64()),
+        ("AskedSteps", pa.uint64()),
+        ("PolicyVersion", pa.uint64()),
+        ("StopReason", pa.string()),
+        ("Shortfall", pa.string()),
+        ("Error", pa.string()),
+        ("Algorithm", pa.string()),
+        ("Aggregation", pa.string()),
+        ("TrainedGroups", pa.uint64()),
+        ("EqualRewardGroups", pa.uint64()),
+        ("DroppedGroups", pa.uint64()),
+        ("LeftOutGroups", pa.uint64()),
+        ("FailedRollouts", pa.uint64()),
     ]
 )
 
@@ -368,5 +401,31 @@ def training_step_rows(step: TrainingStep, record_timestamp_ms: Optional[int] = 
             "NumSequences": step.num_sequences,
             "LearningRate": step.learning_rate,
             "Extra": list(extra.items()),
+        }
+    ]
+
+
+def training_run_rows(run: TrainingRun, record_timestamp_ms: Optional[int] = None) -> list[dict[str, Any]]:
+    """One ``training_runs`` row per record; the newest (``UpdatedAt``) of a run is the one that stays."""
+    return [
+        {
+            "RunId": run.run_id,
+            "Status": run.status,
+            "StartedAt": seconds_to(run.started_at, 1000, "started_at"),
+            "UpdatedAt": seconds_to(run.updated_at, 1000, "updated_at"),
+            "EndedAt": None if run.ended_at is None else seconds_to(run.ended_at, 1000, "ended_at"),
+            "Steps": run.steps,
+            "AskedSteps": run.asked_steps,
+            "PolicyVersion": run.policy_version,
+            "StopReason": run.stop_reason or "",
+            "Shortfall": run.shortfall or "",
+            "Error": run.error or "",
+            "Algorithm": run.algorithm,
+            "Aggregation": run.aggregation,
+            "TrainedGroups": run.trained_groups,
+            "EqualRewardGroups": run.equal_reward_groups,
+            "DroppedGroups": run.dropped_groups,
+            "LeftOutGroups": run.left_out_groups,
+            "FailedRollouts": run.failed_rollouts,
         }
     ]

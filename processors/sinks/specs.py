@@ -15,6 +15,7 @@ from agl_stream.types import (
     ResourcesUpdate,
     RolloutSnapshot,
     Span,
+    TrainingRun,
     TrainingStep,
     Trajectory,
     Worker,
@@ -73,6 +74,8 @@ SINKS: dict[str, SinkSpec] = {
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
         SinkSpec("training_steps", "training_steps", TrainingStep, "training_steps", rows.TRAINING_STEP_SCHEMA,
                  rows.training_step_rows),  # fmt: skip
+        SinkSpec("training_runs", "training_runs", TrainingRun, "training_runs", rows.TRAINING_RUN_SCHEMA,
+                 rows.training_run_rows, max_wait=0.2),  # fmt: skip
         SinkSpec("datasets", "datasets", DatasetLine, "datasets", rows.DATASET_SCHEMA, rows.dataset_rows, max_wait=0.2,
                  fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),  # an upload waits for its rows
     )

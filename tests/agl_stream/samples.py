@@ -25,7 +25,7 @@ from agl_stream import (
     Triplet,
     Worker,
 )
-from agl_stream.types import DatasetLine, TrainingStep
+from agl_stream.types import DatasetLine, TrainingRun, TrainingStep
 
 _rollout = Rollout(
     rollout_id="ro-0123456789ab",
@@ -79,6 +79,9 @@ SAMPLES: dict[type[BaseModel], BaseModel] = {
         run_id="run-1", step=3, policy_version=3, total_steps=10, loss=0.25, kl=0.01, reward_mean=0.5,
         staleness_histogram={0: 6, 1: 2}, extra={"pg_clipfrac": 0.1},
     ),
+    TrainingRun: TrainingRun(run_id="run-1", status="finished", started_at=1700000000.0, ended_at=1700000100.0, steps=0,
+                             asked_steps=3, stop_reason="dataset done", equal_reward_groups=4,
+                             shortfall="0 learner steps of 3 asked: all 4 groups had equal rewards (4 at 0)"),
     DatasetLine: DatasetLine(data_id="arith", split="train", line=2, lines=5, item='{"question": "2+2?", "ground_truth": "4"}',
                              file_name="train.jsonl", uploaded_at=1700000000.5),
 }

@@ -60,7 +60,7 @@ async def test_topics_with_fewer_replicas_than_asked_for_are_reported(settings: 
 
 def test_catalog_matches_design() -> None:
     assert [s.short_name for s in CATALOG] == [
-        "tasks", "attempts", "rollouts", "spans", "triplets", "resources", "workers", "dlq", "training_steps", "datasets"
+        "tasks", "attempts", "rollouts", "spans", "triplets", "resources", "workers", "dlq", "training_steps", "training_runs", "datasets"
     ]  # fmt: skip
     assert spec("rollouts").cleanup_policy == spec("resources").cleanup_policy == spec("workers").cleanup_policy == "compact"
     with pytest.raises(KeyError, match="unknown topic"):

@@ -17,7 +17,7 @@ import yaml
 
 from agl_stream.config import Settings
 from agl_stream.kafka import RecordConsumer, RecordProducer
-from agl_stream.types import AttemptedRollout, ResourcesUpdate, RolloutSnapshot, TrainingStep, Trajectory, Triplet
+from agl_stream.types import AttemptedRollout, ResourcesUpdate, RolloutSnapshot, TrainingRun, TrainingStep, Trajectory, Triplet
 from agl_stream_trainer.checkpoint import CheckpointManager
 from agl_stream_trainer.config import TrainerConfig
 from agl_stream_trainer.service import TrainerService
@@ -193,6 +193,18 @@ async def test_a_dataset_that_ends_before_any_signal_says_it_trained_nothing_and
     assert service.learner is not None and service.learner.step == 0 and service.stop_reason == "dataset done"
     assert service.shortfall == ("0 learner steps of 3 asked: all 4 groups had equal rewards (4 at 0), so GRPO had no "
                                  "advantage to learn from (stopped: dataset done)")  # fmt: skip
+    # ... and so does the run's record on agl.training_runs, which the dashboard's "Training runs" panel lists
+    async with RecordConsumer(topics, [topics.topic("training_runs")], group_id=None) as runs:
+        published: list = []
+        for _ in range(25):
+            published += (await runs.get_decoded(TrainingRun, timeout=0.2))[0]
+            if len(published) >= 2:
+                break
+    start, end = (record.value for record in published)
+    assert (start.run_id, start.status, start.steps, start.ended_at) == ("dyn", "running", 0, None)
+    assert (end.status, end.steps, end.asked_steps, end.stop_reason) == ("finished", 0, 3, "dataset done")
+    assert end.shortfall == service.shortfall and end.equal_reward_groups == 4 and end.trained_groups == 0
+    assert end.started_at == start.started_at and end.ended_at is not None and end.updated_at >= start.updated_at
 
 
 async def test_a_time_budget_stops_training_between_steps(topics: Settings, tiny_model_dir, tmp_path) -> None:

@@ -94,6 +94,13 @@ def test_answers_on_known_data(ch: ClickHouse) -> None:
     assert (third["expected_token"], third["found_token"]) == (3, 4)
     assert "ro-e0000000000" not in breaks  # one call: nothing to break
 
+    # one row per run, its newest record; a run that trained nothing says why
+    runs = _run(ch, "training_runs")
+    assert [(r["run_id"], r["status"], r["steps"], r["asked_steps"]) for r in runs] == [
+        ("run-flat", "finished", 0, 3), ("run-1", "finished", 2, 2)]  # fmt: skip
+    assert runs[0]["shortfall"].startswith("0 learner steps of 3 asked: all 4 groups had equal rewards")
+    assert runs[1]["shortfall"] == "" and runs[1]["aggregation"] == "trajectory" and runs[1]["ended"] is not None
+
 
 def test_malformed_saved_queries_are_rejected() -> None:
     with pytest.raises(SavedQueryError, match="lacks header"):

@@ -208,7 +208,7 @@ def insert_records(ch: ClickHouse, sink_name: str, values: list) -> None:
 
 def populate(ch: ClickHouse) -> dict[str, list[str]]:
     """A small, known data set in every table: 4 succeeded rollouts, 1 failed after 2 attempts, 1 running."""
-    from agl_stream.types import DeadLetter, LLM, ResourcesUpdate, Worker
+    from agl_stream.types import DeadLetter, LLM, ResourcesUpdate, TrainingRun, Worker
 
     now = time.time()
     done = [f"ro-{i:012x}" for i in range(4)]
@@ -236,4 +236,14 @@ def populate(ch: ClickHouse) -> dict[str, list[str]]:
         "INSERT INTO training_steps (RunId, Step, PolicyVersion, Timestamp, Loss, RewardMean, KL, NumTriplets, Extra) VALUES "
         "('run-1', 1, 1, now64(3), 0.5, 0.25, 0.01, 8, map('clip_frac', 0.1)), ('run-1', 2, 2, now64(3), 0.4, 0.5, 0.02, 8, map())"
     )
+    insert_records(ch, "training_runs", [
+        TrainingRun(run_id="run-1", status="running", started_at=now - 60, updated_at=now - 60, asked_steps=2),
+        TrainingRun(run_id="run-1", status="finished", started_at=now - 60, updated_at=now - 1, ended_at=now - 1, steps=2,
+                    asked_steps=2, policy_version=2, stop_reason="max_steps", algorithm="grpo", aggregation="trajectory",
+                    trained_groups=4),
+        TrainingRun(run_id="run-flat", status="finished", started_at=now - 30, updated_at=now, ended_at=now, asked_steps=3,
+                    stop_reason="dataset done", algorithm="grpo", aggregation="transition", equal_reward_groups=4,
+                    shortfall="0 learner steps of 3 asked: all 4 groups had equal rewards (4 at 0), so GRPO had no "
+                              "advantage to learn from (stopped: dataset done)"),
+    ])  # fmt: skip
     return {"succeeded": done, "failed": [failed], "running": [running]}
