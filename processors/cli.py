@@ -95,7 +95,7 @@ def status_command(dsn: Optional[str] = typer.Option(None, "--dsn", help=DSN_HEL
 @clickhouse.command("sink")
 def sink_command(
     names: Optional[list[str]] = typer.Argument(
-        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps"
+        None, help="sinks to run (default: all): spans attempts rollouts triplets resources workers dlq training_steps training_runs datasets"
     ),
     batch_size: int = typer.Option(1000, "--batch-size", min=1, help="records per insert (SinkOptions.batch_size)"),
     max_wait: Optional[float] = typer.Option(
