@@ -21,7 +21,9 @@ ETA) and the address of ``agl-stream dashboard``; the learner's steps reach Clic
 happen (``agl.training_steps``). At the end: a summary from ClickHouse SQL and ``reports/demo.png``.
 Environment knobs: ``AGL_DEMO_STEPS`` (default 6), ``AGL_DEMO_TRAIN_SECONDS`` (360: a time budget for
 the training loop), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
-(``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2).
+(``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2),
+``AGL_DEMO_TASK`` (``calc``; ``quiz3``: three questions per conversation) and ``AGL_DEMO_AGGREGATION``
+(``transition``: a learner row per LLM call; ``trajectory``: per attempt's merged calls).
 """
 
 from __future__ import annotations
@@ -53,7 +55,36 @@ def load(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     return rows[:limit] if limit else rows
 
 
-def trainer_config(steps: int, model: str, seed: int, train_seconds: float | None = None) -> dict[str, Any]:
+#: AGL_DEMO_TASK -> (the agent, what its held-out items are): ``calc`` the demo's task, ``quiz3`` the longer
+#: multi-turn one (three calculator questions in one conversation, examples/calc_agent/quiz.py)
+TASKS: dict[str, tuple[str, str]] = {
+    "calc": (AGENT, "questions"),
+    "quiz3": ("examples.calc_agent.quiz:calc_quiz_agent", "quizzes of 3 questions"),
+}
+AGGREGATIONS = ("transition", "trajectory")
+
+
+def demo_task(n_val: int) -> tuple[str, str, str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """``AGL_DEMO_TASK`` (``calc``) and ``AGL_DEMO_AGGREGATION`` (``transition``): the task's name, the learner's
+    row making, the agent, and its training and held-out items."""
+    task, aggregation = os.environ.get("AGL_DEMO_TASK", "calc"), os.environ.get("AGL_DEMO_AGGREGATION", "transition")
+    if task not in TASKS:
+        raise SystemExit(f"AGL_DEMO_TASK={task!r}: choose one of {', '.join(TASKS)}")
+    if aggregation not in AGGREGATIONS:
+        raise SystemExit(f"AGL_DEMO_AGGREGATION={aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
+    if task == "calc":
+        return task, aggregation, AGENT, load("train"), load("val", n_val)
+    from examples.calc_agent.quiz import make_quiz
+
+    # fresh questions of the calculator task's tier, three to a quiz; no held-out question is ever trained on
+    train = make_quiz(task, len(load("train")) // 3, seed=1)
+    trained = {q for row in train for q in row["questions"]}
+    val = make_quiz(task, n_val, seed=2, exclude=trained.__contains__)
+    return task, aggregation, TASKS[task][0], train, val
+
+
+def trainer_config(steps: int, model: str, seed: int, train_seconds: float | None = None,
+                   aggregation: str = "transition") -> dict[str, Any]:  # fmt: skip
     return {
         "run_id": "demo",
         "model": model,
@@ -62,7 +93,9 @@ def trainer_config(steps: int, model: str, seed: int, train_seconds: float | Non
         # dynamic sampling (the default for GRPO): groups whose answers were all right or all wrong are
         # left out and the batch waits for groups that carry signal
         "batcher": {"group_size": 4, "batch_groups": 2, "group_timeout_s": 120, "min_group_size": 2, "max_staleness": 2},
-        "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0, "seed": seed},
+        # aggregation: a row per LLM call (transition) or per attempt's merged calls (trajectory, docs/train-your-agent.md)
+        "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0, "seed": seed,
+                      "aggregation": aggregation},
         "optim": {"lr": 2e-5, "max_grad_norm": 1.0},
         "engine": {"kind": "embedded", "max_batch_rows": 16},
         "publish_every": 1,
@@ -193,6 +226,8 @@ def describe(report: dict[str, Any]) -> None:
     for name in CALL_PARTS:
         if name in before.get("parts", {}):
             console.print(f"{name.replace('_', ' ')}: {before['parts'][name]:.3f} -> {after.get('parts', {}).get(name, 0):.3f}")
+    if report.get("aggregation"):
+        console.print(f"task {report.get('task')}, learner rows: {report['aggregation']} aggregation")
     verdict = "[green]accuracy improved beyond noise" if val["significant"] else "[yellow]no accuracy improvement beyond noise"
     console.print(f"{verdict}[/] after {report['steps']} learner steps (policy version {report['policy_version']}; "
                   f"training stopped: {report.get('stop_reason')})")
@@ -217,7 +252,7 @@ def main() -> int:
     if data_dir.exists() and "AGL_DATA_DIR" not in os.environ:
         shutil.rmtree(data_dir)  # a fresh run: its own ClickHouse tables and logs
     settings = Settings.from_env(data_dir=data_dir, kafka_session_timeout_ms=6000)
-    train, val = load("train"), load("val", n_val)
+    task, aggregation, agent, train, val = demo_task(n_val)
 
     import torch
 
@@ -225,12 +260,16 @@ def main() -> int:
 
     torch.manual_seed(seed)
     console.rule("[bold]agl-stream demo: teach SmolLM2-135M to use a calculator with GRPO, everything local")
-    console.print(f"{len(train)} training questions in GRPO groups of 4, {len(val)} held-out questions x {eval_samples} answers, "
-                  f"{steps} learner steps, model {model}, seed {seed}; logs in {data_dir / 'logs'}")  # fmt: skip
+    items = TASKS[task][1]
+    console.print(f"task {task}: {len(train)} training {items} in GRPO groups of 4, {len(val)} held-out {items} x {eval_samples} "
+                  f"answers, {steps} learner steps, model {model}, seed {seed}, aggregation {aggregation}; logs in "
+                  f"{data_dir / 'logs'}")  # fmt: skip
     started = time.monotonic()
-    algorithm = RL(trainer_config(steps, model, seed, train_seconds), output_dir=data_dir / "run", eval_samples=eval_samples)
+    algorithm = RL(trainer_config(steps, model, seed, train_seconds, aggregation), output_dir=data_dir / "run",
+                   eval_samples=eval_samples)  # fmt: skip
     trainer = Trainer(algorithm, n_runners=1, runner_concurrency=16, settings=settings)
-    report = trainer.fit(AGENT, train, val)
+    report = trainer.fit(agent, train, val)
+    report.update(task=task, aggregation=aggregation)
     elapsed = time.monotonic() - started
 
     present(settings, report, ROOT / "reports" / "demo.png", elapsed)

@@ -230,6 +230,7 @@ class Learner:
             "prefix_breaks": float(len(merges.breaks)),
             "length_cuts": float(merges.cuts),
             "learner_tokens": float(stats.num_tokens),
+            "trajectories": float(len(batch.trajectories)),  # learner_tokens / trajectories: what a rollout costs it
         })
         return StepMetrics(
             step=self.step,

@@ -376,4 +376,4 @@ async def test_trajectory_aggregation_trains_one_row_per_rollout_and_reports_the
     assert metrics.extra["calls"] == 24 and metrics.extra["merged_calls"] == 16
     assert metrics.extra["merge_rate"] == pytest.approx(16 / 24) and metrics.extra["prefix_breaks"] == 0
     # each row: a 4-token prompt, then 3 calls of 3 tokens with 2 context tokens between: 4 + 9 + 4 = 17
-    assert metrics.extra["learner_tokens"] == 8 * 17
+    assert metrics.extra["learner_tokens"] == 8 * 17 and metrics.extra["trajectories"] == 8
