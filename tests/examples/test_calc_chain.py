@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from examples.calc_agent.chain import make_chain, one_operation, run_chain, score
-
-
-def scripted(*replies: str):
-    """An LLM that says ``replies`` in order, recording the conversation it was shown each time."""
-    seen: list[list[dict[str, Any]]] = []
-
-    def ask(messages: list[dict[str, Any]]) -> str:
-        seen.append([dict(m) for m in messages])
-        return replies[len(seen) - 1]
-
-    return ask, seen
+from tests.examples.scripted_llm import scripted
 
 
 def test_two_calls_then_the_answer_make_three_llm_calls_each_extending_the_last() -> None:
