@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -21,7 +22,7 @@ import pytest
 
 import agl_stream as agl
 from agl_stream.service import agl_command
-from agl_stream.training_service import TrainingServiceError
+from agl_stream.training_service import TrainingResult, TrainingServiceError
 
 from tests.trainer.server.agents import SERVED_LOG, graded_agent
 from tests.trainer.server.running import RunningServer
@@ -47,6 +48,29 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> It
         yield running
     finally:
         running.stop()
+
+
+@dataclass(frozen=True)
+class Trained:
+    """The data set "adds" uploaded and a two-step job trained on it: what the later tests read."""
+
+    data_id: str
+    result: TrainingResult
+    served: Path  # what the served policy generated (one JSON line per answer, from the runner processes)
+
+
+@pytest.fixture(scope="module")
+def trained(server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """Upload and train once per server (per xdist worker, should the module's tests be spread over several)."""
+    folder = tmp_path_factory.mktemp("trained")
+    served = folder / "served.jsonl"
+    with pytest.MonkeyPatch.context() as env, agl.Client(server.url, token=server.token, timeout=60,
+                                                         data_dir=folder / "client") as client:  # fmt: skip
+        env.setenv(SERVED_LOG, str(served))  # the runner processes inherit it
+        data_id = client.upload_data(_jsonl(folder / "train.jsonl", TRAIN), _jsonl(folder / "test.jsonl", TEST), data_id="adds")
+        result = client.train(graded_agent, nworkers=1, epochs=1, batch_size=1, data_id="adds", eval_interval=1,
+                              group_size=2, max_steps=2, config=FAST, concurrency=4, progress=False)  # fmt: skip
+    return Trained(data_id, result, served)
 
 
 @pytest.fixture
@@ -86,21 +110,16 @@ def test_bad_input_gets_one_clear_error_and_changes_nothing(server: RunningServe
     assert not (tmp_path / "m").exists()
 
 
-def test_upload_train_evaluate_download(server: RunningServer, client: agl.Client, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_upload_train_evaluate_download(server: RunningServer, client: agl.Client, trained: Trained, tmp_path: Path) -> None:
     from agl_stream.client.sql_door import door_dsn_for
     from agl_stream.config import Settings
     from agl_stream_processors.clickhouse import connect
 
-    served = tmp_path / "served.jsonl"
-    monkeypatch.setenv(SERVED_LOG, str(served))  # the runner processes inherit it
-    data_id = client.upload_data(_jsonl(tmp_path / "train.jsonl", TRAIN), _jsonl(tmp_path / "test.jsonl", TEST), data_id="adds")
-    assert data_id == "adds"
+    assert trained.data_id == "adds"
     [info] = [d for d in client.list_data() if d.data_id == "adds"]
     assert (info.train_lines, info.test_lines, info.train_file) == (6, 3, "train.jsonl")
 
-    result = client.train(graded_agent, nworkers=1, epochs=1, batch_size=1, data_id="adds", eval_interval=1,
-                          group_size=2, max_steps=2, config=FAST, concurrency=4, progress=False)  # fmt: skip
+    result, served = trained.result, trained.served
     assert result.state == "succeeded" and result.stop_reason == "max_steps", result
     assert (result.steps, result.policy_version) == (2, 2)
     # the curves are the training_steps table's rows for this run
@@ -157,7 +176,7 @@ def _cli(server: RunningServer, *args: str, token: str = "", timeout: float = 24
     return subprocess.run(agl_command(*args), env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_cli_speaks_for_the_client(server: RunningServer, tmp_path: Path) -> None:
+def test_the_cli_speaks_for_the_client(server: RunningServer, trained: Trained, tmp_path: Path) -> None:
     listed = _cli(server, "data", "list")
     assert listed.returncode == 0, listed.stderr
     assert [d["data_id"] for d in json.loads(listed.stdout)] == ["adds"]
@@ -182,7 +201,7 @@ def test_the_cli_speaks_for_the_client(server: RunningServer, tmp_path: Path) ->
     assert (result["checkpoint"], result["policy_version"], result["n"], result["missing"]) == (None, 0, 2, 0)
 
 
-def test_ctrl_c_stops_the_job_on_the_server_and_the_local_runners(server: RunningServer, tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_job_on_the_server_and_the_local_runners(server: RunningServer, trained: Trained, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
     env.update(AGL_SERVER_URL=server.url, AGL_SERVER_TOKEN=server.token, AGL_DATA_DIR=str(tmp_path / "cli"), PYTHONPATH=str(ROOT))
     argv = agl_command("train", "--agent", "tests.trainer.server.agents:graded_agent", "--data-id", "adds",
@@ -206,7 +225,7 @@ def test_ctrl_c_stops_the_job_on_the_server_and_the_local_runners(server: Runnin
     assert runners.stdout.strip() == "", "runner processes outlived the client"
 
 
-def test_a_job_whose_client_went_silent_is_stopped(server: RunningServer) -> None:
+def test_a_job_whose_client_went_silent_is_stopped(server: RunningServer, trained: Trained) -> None:
     """A client killed outside Python (no Ctrl-C) leaves a job nobody runs: the server stops it."""
     import httpx
 
@@ -227,7 +246,7 @@ def test_a_job_whose_client_went_silent_is_stopped(server: RunningServer) -> Non
         assert listed.returncode == 0 and job_id in listed.stdout
 
 
-def test_a_restarted_server_still_lists_the_data_and_the_checkpoints(server: RunningServer, tmp_path: Path) -> None:
+def test_a_restarted_server_still_lists_the_data_and_the_checkpoints(server: RunningServer, trained: Trained, tmp_path: Path) -> None:
     with agl.Client(server.url, token=server.token) as before_restart:
         data, checkpoints, jobs = before_restart.list_data(), before_restart.list_checkpoints(), before_restart.list_jobs()
     assert [d.data_id for d in data] == ["adds"] and len(checkpoints) >= 2, (data, checkpoints)
