@@ -38,6 +38,12 @@ PRODUCE_LATENCY = Histogram(
     ["server"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+SPAN_READS = Counter(
+    "agl_store_span_reads_total",
+    "query_spans answers of the store front door by source: recent (its span feed), clickhouse, and "
+    "recent_not_caught_up (read from ClickHouse: the feed held the rollout but had not read far enough in time)",
+    ["source"],
+)
 BACKEND_LATENCY = Histogram(
     "agl_ingest_backend_latency_seconds",
     "LLM backend call duration seen by the proxy (until the last token for streams)",

@@ -18,12 +18,14 @@ so an algorithm or a hand-written runner written against the store ports by swap
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Optional
 
 from agl_stream.client.errors import UnsupportedOnStream
 from agl_stream.client.follow import TopicFollower
 from agl_stream.client.resources import ResourceCache
 from agl_stream.client.rollout_view import RolloutView
+from agl_stream.client.span_feed import SpanFeed
 from agl_stream.client.span_reader import SpanReader
 from agl_stream.client.store.base import CONTROL_HEADER, FINISHED_BY_RUNNER, TRACER_NAME, WATCHDOG_STATUSES
 from agl_stream.client.store.resources import ResourceStore
@@ -43,7 +45,8 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
     """Async client; use as ``async with StoreClient(settings) as store: ...``.
 
     ``span_reader`` answers ``query_spans`` (default: ClickHouse at ``settings.effective_clickhouse_dsn``,
-    opened on first use). ``consistency_timeout`` bounds how long a read waits for the pipeline to
+    opened on first use); with a ``span_feed`` (a store front door's), the spans of recent rollouts are answered
+    from ``agl.spans`` as read, without ClickHouse (:mod:`agl_stream.client.span_feed`). ``consistency_timeout`` bounds how long a read waits for the pipeline to
     reflect a write (:class:`ConsistencyTimeout` after that).
     """
 
@@ -56,6 +59,7 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         consistency_timeout: float = 30.0,
         dequeue_poll_timeout: float = 0.5,
         dequeue_idle_seconds: float = 30.0,
+        span_feed: Optional[SpanFeed] = None,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
@@ -70,6 +74,8 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         self._workers_follower: Optional[TopicFollower[Worker]] = None
         self._span_reader = span_reader
         self._owns_reader = span_reader is None
+        self._span_feed = span_feed  # recent rollouts' spans from agl.spans, read before ClickHouse (a front door's)
+        self.span_reads: Counter[str] = Counter()
         self._writes: dict[tuple[str, str], AttemptWrites] = {}
         self._tasks = TaskQueue(settings, self._producer, bootstrap=bootstrap, poll_timeout=dequeue_poll_timeout,
                                 idle_seconds=dequeue_idle_seconds)  # fmt: skip
@@ -82,6 +88,8 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
             await self._producer.start()
             await self.resources.start()
             await self._rollouts.start()
+            if self._span_feed is not None:
+                await self._span_feed.start()
             self._started = True
         return self
 
@@ -95,12 +103,19 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         finally:
             await self.resources.stop()
             await self._rollouts.stop()
+            if self._span_feed is not None:
+                await self._span_feed.stop()
             if self._workers_follower is not None:
                 await self._workers_follower.stop()
             if self._span_reader is not None and self._owns_reader:
                 await self._span_reader.close()
 
     close = stop  # upstream name
+
+    @property
+    def span_feed(self) -> Optional[SpanFeed]:
+        """The feed that answers ``query_spans`` for recent rollouts, when this client has one."""
+        return self._span_feed
 
     async def __aenter__(self) -> "StoreClient":
         return await self.start()

@@ -26,6 +26,7 @@ from typing import AsyncIterator, Optional
 from fastapi import APIRouter, Depends, FastAPI
 
 from agl_stream.client import StoreClient
+from agl_stream.client.span_feed import SpanFeed
 from agl_stream.config import Settings
 from agl_stream_ingest.http import add_operations
 from agl_stream_ingest.options import IngestOptions
@@ -44,6 +45,13 @@ AGL = "/v1/agl"
 DEQUEUE_WAIT = 2.0
 
 
+def recent_spans(settings: Settings) -> Optional[SpanFeed]:
+    """The feed of recent rollouts' spans (``AGL_STORE_RECENT_SPANS_MB``; None when 0): query_spans without ClickHouse."""
+    if settings.store_recent_spans_mb <= 0:
+        return None
+    return SpanFeed(settings, max_bytes=settings.store_recent_spans_mb * 1024 * 1024)
+
+
 def create_app(
     settings: Settings,
     options: Optional[IngestOptions] = None,
@@ -58,7 +66,7 @@ def create_app(
     grace period): for replicas behind a balancer that may spread one runner's calls over several."""
     options = options or IngestOptions()
     door = FrontDoor(
-        store=store or StoreClient(settings, dequeue_poll_timeout=DEQUEUE_WAIT),
+        store=store or StoreClient(settings, dequeue_poll_timeout=DEQUEUE_WAIT, span_feed=recent_spans(settings)),
         publisher=publisher or SpanPublisher(settings, SERVER, timeout=options.produce_timeout),
         options=options, span_counts=span_counts,
     )  # fmt: skip

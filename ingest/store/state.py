@@ -3,12 +3,14 @@ ledger of this replica, and its options. One per app, on ``app.state.front_door`
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
 from fastapi import Request
 
 from agl_stream.client import StoreClient
+from agl_stream_ingest.metrics import SPAN_READS
 from agl_stream_ingest.options import IngestOptions
 from agl_stream_ingest.publisher import SpanPublisher
 from agl_stream_ingest.security import check_token
@@ -29,6 +31,17 @@ class FrontDoor:
     span_counts: bool = True
     allocator: SequenceAllocator = field(default_factory=SequenceAllocator)
     ledger: SpanLedger = field(default_factory=SpanLedger)
+
+    #: the store's span reads already counted in the metrics, by source
+    _span_reads_counted: Counter[str] = field(default_factory=Counter)
+
+    def count_span_reads(self) -> None:
+        """Add the span reads since the last call to ``agl_store_span_reads_total`` (exact totals, any interleaving)."""
+        for source, total in self.store.span_reads.items():
+            new = total - self._span_reads_counted[source]
+            if new:
+                SPAN_READS.labels(source).inc(new)
+                self._span_reads_counted[source] = total
 
     async def known(self, rollout_id: str, attempt_id: Optional[str] = None) -> None:
         """A rollout handed out by another replica reaches this one's view through the state machine."""

@@ -1,17 +1,22 @@
-"""Spans: written to ``agl.spans`` with the sequence ids and counts this client keeps per attempt, read from
-ClickHouse through a :class:`~agl_stream.client.span_reader.SpanReader` once they are all stored."""
+"""Spans: written to ``agl.spans`` with the sequence ids and counts this client keeps per attempt; read from the
+span feed when the client has one and holds the rollout (:mod:`agl_stream.client.span_feed`), else from ClickHouse
+through a :class:`~agl_stream.client.span_reader.SpanReader` once they are all stored."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal, Optional, Sequence, Union
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
 
 from agl_stream.client.errors import ConsistencyTimeout
 from agl_stream.client.paging import PaginatedResult, check_paging
 from agl_stream.client.span_reader import SpanQuery, SpanReader
 from agl_stream.client.store.base import FINISHED_BY_RUNNER, TRACER_NAME, StoreBase
 from agl_stream.types import Span
+
+if TYPE_CHECKING:
+    from agl_stream.client.span_feed import SpanFeed
 
 
 class AttemptWrites:
@@ -25,8 +30,16 @@ class AttemptWrites:
         self.span_ids: set[str] = set()
 
 
+#: how long a query waits for the span feed to read what was acknowledged before it (then ClickHouse answers)
+RECENT_SPANS_TIMEOUT = 5.0
+
+
 class SpanStore(StoreBase):
     _span_reader: Optional[SpanReader]
+    _span_feed: Optional["SpanFeed"]
+    #: query_spans answers by source: "recent" (the span feed), "clickhouse", and "recent_not_caught_up" (of those
+    #: read from ClickHouse, the rollouts the feed held but had not read far enough in time)
+    span_reads: Counter[str]
     _writes: dict[tuple[str, str], AttemptWrites]
 
     def _spans_written(self, rollout_id: str, attempt_id: str) -> int:
@@ -132,6 +145,15 @@ class SpanStore(StoreBase):
         contains = {k: v for k, v in (("trace_id", trace_id_contains), ("span_id", span_id_contains),
                                       ("parent_id", parent_id_contains), ("name", name_contains)) if v is not None}  # fmt: skip
         spec = SpanQuery(rollout_id, resolved, exact, contains, filter_logic, sort_by, sort_order, limit, offset)
+        feed = self._span_feed
+        if feed is not None:
+            rollout = self.view.rollout(rollout_id)
+            if feed.spans.covers(rollout.start_time if rollout is not None else None):
+                if await feed.caught_up_to_now(timeout=RECENT_SPANS_TIMEOUT):
+                    self.span_reads["recent"] += 1
+                    return feed.spans.read(spec)
+                self.span_reads["recent_not_caught_up"] += 1  # the feed's log says why; ClickHouse has them all
+        self.span_reads["clickhouse"] += 1
         reader = self._reader()
         await self._await_spans(reader, rollout_id, resolved)
         return await reader.read_spans(spec)

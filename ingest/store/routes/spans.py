@@ -31,7 +31,10 @@ async def add_span(span: Span, door: FrontDoor = Depends(front_door)) -> Any:
 
 async def _query(door: FrontDoor, q: SpanQueryBody) -> dict[str, Any]:
     check_page(q, Span)
-    result = await door.store.query_spans(q.rollout_id, q.attempt_id, **q.filters())
+    try:
+        result = await door.store.query_spans(q.rollout_id, q.attempt_id, **q.filters())
+    finally:
+        door.count_span_reads()
     return page_json(result)
 
 

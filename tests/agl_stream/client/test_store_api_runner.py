@@ -19,12 +19,26 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agl_stream import semconv
 from agl_stream.adapter import TracerTraceToTriplet
 from agl_stream.client import StoreClient, UnsupportedOnStream
+from agl_stream.client.span_feed import SpanFeed
 from agl_stream.config import Settings
 from agl_stream.types import AttemptedRollout, PromptTemplate, RolloutConfig, Span, Trajectory
 from tests.agl_stream.client.pipeline import store_with_pipeline
 from tests.agl_stream.runner.helpers import collect
 
 pytestmark = pytest.mark.integration
+
+#: where query_spans answers from: ClickHouse (the sinks' table), or the span feed of agl.spans (a front door's)
+SPAN_SOURCES = ("clickhouse", "feed")
+
+
+def span_feed(settings: Settings, spans_from: str) -> SpanFeed | None:
+    return SpanFeed(settings, margin=0.0) if spans_from == "feed" else None  # one machine, one clock
+
+
+def answered_here(store: StoreClient, spans_from: str, queries: int) -> None:
+    """With the feed, every span query was answered from it (none went to ClickHouse)."""
+    if spans_from == "feed":
+        assert store.span_feed is not None and store.span_reads == {"recent": queries}
 
 
 def llm_span(task: AttemptedRollout, sequence_id: int, prompt: list[int], response: list[int]) -> Span:
@@ -62,8 +76,9 @@ async def dequeue_until(store: StoreClient, n: int, worker_id: str, timeout: flo
     return claimed
 
 
-async def test_hand_written_runner_through_the_pipeline(topics: Settings) -> None:
-    async with store_with_pipeline(topics, dequeue_poll_timeout=1.0) as store:
+@pytest.mark.parametrize("spans_from", SPAN_SOURCES)
+async def test_hand_written_runner_through_the_pipeline(topics: Settings, spans_from: str) -> None:
+    async with store_with_pipeline(topics, dequeue_poll_timeout=1.0, span_feed=span_feed(topics, spans_from)) as store:
         resources = await store.add_resources({"prompt": PromptTemplate(template="Q: {q}")})
         enqueued = [await store.enqueue_rollout({"q": i}, mode="train", resources_id=resources.resources_id) for i in range(2)]
         # its own writes are readable at once
@@ -101,6 +116,7 @@ async def test_hand_written_runner_through_the_pipeline(topics: Settings) -> Non
             assert theirs.span_count == 3 and theirs.decision == "final"
             assert [t.model_dump() for t in ours] == [t.model_dump() for t in theirs.triplets]
             assert [t.prompt_token_ids for t in ours] == [[i, 0, 1], [i, 1, 1]] and ours[-1].reward == float(i)
+        answered_here(store, spans_from, len(tasks))
 
         # attempts and rollouts as the state machine reports them
         attempts = await store.query_attempts(tasks[0].rollout_id)
@@ -112,8 +128,9 @@ async def test_hand_written_runner_through_the_pipeline(topics: Settings) -> Non
         assert isinstance(page[0], AttemptedRollout)
 
 
-async def test_start_rollout_and_start_attempt_bypass_the_queue(topics: Settings) -> None:
-    async with store_with_pipeline(topics, dequeue_poll_timeout=3.0) as store:
+@pytest.mark.parametrize("spans_from", SPAN_SOURCES)
+async def test_start_rollout_and_start_attempt_bypass_the_queue(topics: Settings, spans_from: str) -> None:
+    async with store_with_pipeline(topics, dequeue_poll_timeout=3.0, span_feed=span_feed(topics, spans_from)) as store:
         config = RolloutConfig(max_attempts=1)
         started = await store.start_rollout({"q": "direct"}, mode="val", config=config, worker_id="Worker-step")
         assert started.status == "preparing" and started.attempt.sequence_id == 1
@@ -139,6 +156,7 @@ async def test_start_rollout_and_start_attempt_bypass_the_queue(topics: Settings
         assert [a.sequence_id for a in attempts] == [1, 2] and attempts[-1].status == "succeeded"
         spans = await store.query_spans(other.rollout_id)  # every attempt
         assert [(s.attempt_id, s.name) for s in spans] == [(retry.attempt.attempt_id, semconv.LLM_CALL_SPAN_NAME)]
+        answered_here(store, spans_from, 1)
 
 
 async def test_cancel_and_the_refusals(topics: Settings) -> None:

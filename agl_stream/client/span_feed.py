@@ -1,0 +1,126 @@
+"""Feeds :class:`~agl_stream.client.recent_spans.RecentSpans` from ``agl.spans``, and tells when it has read far enough.
+
+Every partition is read (no consumer group), from its end when the feed starts: the feed answers for rollouts
+enqueued after that moment (by more than the margin for clock differences), whose spans are all written after it.
+Records are kept as bytes; nothing is decoded until a query asks for its rollout.
+
+**Read-your-writes, across replicas.** A writer answers once the broker acknowledged its records (``acks=all``:
+they are below the partition's high watermark). :meth:`SpanFeed.caught_up_to_now` asks the brokers for every
+partition's end offset *after* the query arrived and waits until the feed has read that far, so whatever any
+replica acknowledged before the query is in the answer. It costs one ListOffsets round trip per query; a feed
+that cannot get there in time (the broker unreachable, the feed far behind) says so, and the caller reads
+ClickHouse instead.
+
+**A gap is never papered over.** The consumer does not reset a lost position by itself (``auto_offset_reset``
+"none"): if records were deleted before the feed read them (it fell more than the retention behind), it drops
+what it holds, answers only for rollouts enqueued from then on, and goes on from the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Optional
+
+from aiokafka import TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
+
+from agl_stream.client.recent_spans import COVERAGE_MARGIN_S, RecentSpans
+from agl_stream.config import Settings
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer
+
+logger = logging.getLogger(__name__)
+
+
+class SpanFeed:
+    def __init__(self, settings: Settings, *, max_bytes: int = 256 * 1024 * 1024, max_rollouts: int = 100_000,
+                 margin: float = COVERAGE_MARGIN_S, poll_timeout: float = 0.2) -> None:  # fmt: skip
+        self.settings = settings
+        self.topic = settings.topic("spans")
+        self.spans = RecentSpans(time.time(), max_bytes=max_bytes, max_rollouts=max_rollouts, margin=margin)
+        self.poll_timeout = poll_timeout
+        self._consumer = RecordConsumer(settings, [self.topic], group_id=None, auto_offset_reset="none",
+                                        fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
+        self._read_to: dict[TopicPartition, int] = {}  # per partition: the next offset to read
+        self._progress = asyncio.Condition()
+        self._task: Optional[asyncio.Task[None]] = None
+        self.records = 0
+        self.gaps = 0
+
+    async def start(self) -> "SpanFeed":
+        if self._task is not None:
+            return self
+        await self._consumer.start()
+        await self._read_from_now()
+        self._task = asyncio.create_task(self._follow(), name=f"span-feed-{self.topic}")
+        return self
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        await self._consumer.stop(commit=False)
+
+    async def _read_from_now(self) -> None:
+        """Every partition from its end, and the coverage from this moment: a rollout enqueued after it (by more than
+        the margin for clock differences) writes its first span after the ends were taken."""
+        self.spans.forget_all(time.time())
+        raw = self._consumer.raw
+        partitions = list(raw.assignment())
+        ends = await raw.end_offsets(partitions)
+        for tp in partitions:
+            raw.seek(tp, ends[tp])
+            self._read_to[tp] = ends[tp]
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                records = await self._consumer.getmany(timeout=self.poll_timeout)
+            except asyncio.CancelledError:
+                raise
+            except OffsetOutOfRangeError as exc:
+                await self._lost_records(exc)
+                continue
+            except Exception as exc:  # a broker hiccup: the consumer reconnects by itself
+                logger.warning("%s: read failed (%r); retrying", self.topic, exc)
+                await asyncio.sleep(0.5)
+                continue
+            for record in records:
+                rollout_id = record.key.decode() if record.key else ""
+                if record.value is not None and rollout_id:
+                    self.spans.add(rollout_id, record.value, record.timestamp / 1000)
+                self._read_to[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            self.records += len(records)
+            async with self._progress:
+                self._progress.notify_all()
+
+    async def _lost_records(self, exc: OffsetOutOfRangeError) -> None:
+        self.gaps += 1
+        logger.error("%s: records were deleted before this front door read them (%s); answering only for rollouts "
+                     "enqueued from now on, the older ones from ClickHouse", self.topic, exc)  # fmt: skip
+        await self._read_from_now()
+
+    async def caught_up_to_now(self, timeout: float) -> bool:
+        """Wait until everything acknowledged on ``agl.spans`` before this call is read; False when not in time."""
+        raw = self._consumer.raw
+        try:
+            ends = await asyncio.wait_for(raw.end_offsets(list(self._read_to)), timeout)
+        except Exception as exc:  # noqa: BLE001 - the caller falls back to ClickHouse, and says why in the log
+            logger.warning("%s: end offsets unavailable (%r)", self.topic, exc)
+            return False
+        deadline = time.monotonic() + timeout
+        async with self._progress:
+            while any(self._read_to.get(tp, 0) < end for tp, end in ends.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self._progress.wait(), left)
+                except asyncio.TimeoutError:
+                    return False
+        return True
