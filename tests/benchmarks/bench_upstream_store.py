@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -105,6 +105,19 @@ def route_latency(url: str) -> dict[str, dict[str, float]]:
             for route, v in sorted(found.items(), key=lambda kv: -kv[1].get("sum", 0.0))}  # fmt: skip
 
 
+#: the client that drives a store: (its URL, the arguments, the CPU sampler, a log file) -> its result
+Workload = Callable[[str, argparse.Namespace, ProcessSampler, Path], dict[str, Any]]
+
+
+def span_read_sources(url: str) -> dict[str, float]:
+    """The front door's query_spans answers by source (its span feed of recent rollouts, or ClickHouse), from /metrics."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r'^agl_store_span_reads_total\{source="([^"]+)"\} (\S+)$', text, re.M)}
+
+
 def cpu_by_side(sampler: ProcessSampler) -> dict[str, Any]:
     sides: dict[str, Any] = {"server": 0.0, "client": 0.0}
     detail = sampler.cpu_since()
@@ -118,7 +131,7 @@ def cpu_by_side(sampler: ProcessSampler) -> dict[str, Any]:
     return sides
 
 
-async def run_agl_stream(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     settings = Settings.from_env(env={}, data_dir=work / "agl", partitions=args.partitions)
     stack = LocalStack(settings, log_dir=work / "logs")
     sampler = ProcessSampler().start()
@@ -135,9 +148,10 @@ async def run_agl_stream(args: argparse.Namespace, work: Path) -> dict[str, Any]
         wait_healthy(url, front)
         sampler.watch("front_door", front.pid)
         sampler.mark()
-        result = run_workload(url, args, sampler, work / "logs" / "workload.log")
+        result = workload(url, args, sampler, work / "logs" / "workload.log")
         result["cpu_s"] = cpu_by_side(sampler)
         result["front_door_routes"] = route_latency(url)
+        result["span_reads"] = span_read_sources(url)
         return result
     finally:
         sampler.stop()
@@ -146,7 +160,7 @@ async def run_agl_stream(args: argparse.Namespace, work: Path) -> dict[str, Any]
         stack.stop()
 
 
-def run_upstream(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_upstream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     sampler = ProcessSampler().start()
@@ -158,13 +172,31 @@ def run_upstream(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         wait_healthy(url, store)
         sampler.watch("upstream_store", store.pid)
         sampler.mark()
-        result = run_workload(url, args, sampler, work / "workload.log")
+        result = workload(url, args, sampler, work / "workload.log")
         result["cpu_s"] = cpu_by_side(sampler)
         return result
     finally:
         sampler.stop()
         store.terminate()
         store.wait(30)
+
+
+def run_alternating(args: argparse.Namespace, workload: Workload, describe: Callable[[dict[str, Any]], str]) -> dict[str, list[dict[str, Any]]]:
+    """``args.runs`` runs per side, alternating (agl-stream, upstream, agl-stream, ...; ``args.only``: one side), each
+    side started fresh in a folder of its own (under ``args.keep`` when given, else temporary)."""
+    results: dict[str, list[dict[str, Any]]] = {"agl-stream": [], "upstream": []}
+    for i in range(args.runs):
+        for system in ("agl-stream", "upstream"):
+            if args.only and system != args.only:
+                continue
+            with tempfile.TemporaryDirectory(prefix=f"agl-bench-{system}-") as tmp:
+                console.print(f"run {i + 1}/{args.runs}: {system}")
+                work = args.keep / f"{system}-{i + 1}" if args.keep else Path(tmp)
+                work.mkdir(parents=True, exist_ok=True)
+                result = asyncio.run(run_agl_stream(args, work, workload)) if system == "agl-stream" else run_upstream(args, work, workload)
+            console.print(describe(result))
+            results[system].append(result)
+    return results
 
 
 def summarize(runs: list[dict[str, Any]], rollouts: int) -> dict[str, Any]:
@@ -195,18 +227,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (UPSTREAM_VENV / "bin" / "python").exists():
         raise SystemExit(f"no upstream side venv at {UPSTREAM_VENV}: run `make upstream`")
-    results: dict[str, list[dict[str, Any]]] = {"agl-stream": [], "upstream": []}
-    for i in range(args.runs):
-        for system in ("agl-stream", "upstream"):
-            if args.only and system != args.only:
-                continue
-            with tempfile.TemporaryDirectory(prefix=f"agl-bench-{system}-") as tmp:
-                console.print(f"run {i + 1}/{args.runs}: {system}")
-                work = args.keep / f"{system}-{i + 1}" if args.keep else Path(tmp)
-                work.mkdir(parents=True, exist_ok=True)
-                result = asyncio.run(run_agl_stream(args, work)) if system == "agl-stream" else run_upstream(args, work)
-            console.print(f"  {({k: v for k, v in result.items() if k != 'front_door_routes'})}")
-            results[system].append(result)
+    results = run_alternating(args, run_workload, lambda r: f"  {({k: v for k, v in r.items() if k != 'front_door_routes'})}")
     report = {"workload": {k: getattr(args, k) for k in ("rollouts", "batch", "runners", "sleep", "partitions")},
               "cpu_count": os.cpu_count(), "runs": results,
               "summary": {name: summarize(runs, args.rollouts) for name, runs in results.items() if runs}}  # fmt: skip
