@@ -340,9 +340,11 @@ class RolloutStateMachine:
         self._terminal.pop(rollout_id, None)
 
     async def _apply(self, outcome: Outcome) -> None:
-        if outcome.note:
-            self.counts[outcome.note] += 1
+        """Send what the outcome says and store its state; its note is counted once that is done (whoever reads
+        the counts, a health report or a test, then finds the state stored)."""
         if outcome.state is None:
+            if outcome.note:
+                self.counts[outcome.note] += 1
             return
         state = outcome.state
         key = state.rollout_id.encode()
@@ -364,6 +366,8 @@ class RolloutStateMachine:
         self._table[key] = raw
         self._decoded.remember(key, raw, state)
         self._index(state, state.updated_at)
+        if outcome.note:
+            self.counts[outcome.note] += 1
 
     async def _changelog_metadata(self) -> None:
         """Make sure faust's producer knows the changelog's partitions before a table write.
