@@ -67,6 +67,8 @@ logger = logging.getLogger(__name__)
 
 RUNNER_GROUP = RUNNERS_GROUP
 SHUTDOWN_ERROR = "cancelled: runner shutting down"
+_NOT_CLAIMING = object()  # no claim of the attempt under way (a tenure may be None: not assigned)
+
 #: attempt ids a runner remembers having claimed (about 100 bytes each), so a redelivered task never runs twice
 CLAIMS_REMEMBERED = 100_000
 
@@ -133,6 +135,7 @@ class LitAgentRunner:
         # attempts this runner claimed: a record redelivered after its claim (the group's offset went back,
         # seen once in a 20,000-rollout nemesis run) must not run the same attempt id a second time
         self._claimed: OrderedDict[str, None] = OrderedDict()
+        self._claiming: dict[str, Optional[int]] = {}  # attempt id -> the tenure of the delivery being claimed
         self._background: list[asyncio.Task[None]] = []
         self._commit_lock = asyncio.Lock()
         self._worker = Worker(worker_id=self.worker_id, status="idle")
@@ -283,8 +286,13 @@ class LitAgentRunner:
             stop_wait.cancel()
 
     def _already_claimed(self, decoded: Decoded[AttemptedRollout]) -> bool:
+        """The attempt's claim held here, or a claim of it is under way from a delivery of the same tenure (the task
+        record written twice). A claim under way from an earlier tenure does not count: the rebalance between them
+        makes it give the task up unless its commit landed, and then the group would not have delivered it again;
+        skipping this delivery could leave the task to nobody (a broker restart: stuck ``preparing``)."""
         attempt_id = decoded.value.attempt.attempt_id
-        if attempt_id not in self._claimed and all(r.attempt.attempt_id != attempt_id for r in self._running.values()):
+        claiming = self._claiming.get(attempt_id, _NOT_CLAIMING)
+        if attempt_id not in self._claimed and claiming != decoded.tenure:
             return False
         self.stats.redelivered_skipped += 1
         logger.warning("task %s (attempt %s, %s[%d]@%d) delivered again after this runner took it; not run twice",
@@ -339,11 +347,15 @@ class LitAgentRunner:
     async def _run_task(self, decoded: Decoded[AttemptedRollout]) -> None:
         rollout = decoded.value
         started = time.monotonic()
+        self._claiming[rollout.attempt.attempt_id] = decoded.tenure
         try:
             claimed = await self._claim(decoded)
         except asyncio.CancelledError:  # shutdown before the claim: the task is redelivered, nothing ran
             self.stats.rollouts_started -= 1
             raise
+        finally:
+            if self._claiming.get(rollout.attempt.attempt_id) == decoded.tenure:
+                del self._claiming[rollout.attempt.attempt_id]
         if not claimed:
             self.stats.rollouts_started -= 1
             return

@@ -193,3 +193,26 @@ async def test_a_task_delivered_again_after_its_claim_does_not_run_twice(topics:
     started = [e.rollout_id for e in events if e.kind == "started"]
     assert started.count(first) == 1 and started.count(second) == 1
     assert "delivered again after this runner took it" in caplog.text
+
+
+def test_a_delivery_of_a_later_tenure_is_run_while_an_older_claim_is_still_under_way(settings: Settings) -> None:
+    """The CI failure of the first guard (a broker SIGKILLed and restarted, a rollout stuck ``preparing``): a claim
+    waits for its commit while the broker is down, the partition is revoked and assigned back, the group delivers
+    the task again; the first claim then gives it up (its commit never landed). Skipping the new delivery because
+    a claim of the attempt was under way left the task to nobody. Skipped are: a second record of the same
+    tenure (the task written twice), and any delivery once a claim held."""
+    from aiokafka.structs import ConsumerRecord
+
+    from agl_stream.kafka import Decoded
+    from agl_stream.types import Attempt, AttemptedRollout
+
+    task = AttemptedRollout(rollout_id="ro-000000000c01", input={}, attempt=Attempt(
+        rollout_id="ro-000000000c01", attempt_id="at-00000c01", sequence_id=1))  # fmt: skip
+    record = ConsumerRecord("agl.tasks", 0, 7, 0, 0, b"ro-000000000c01", b"", None, 0, 0, ())
+    runner = LitAgentRunner(agents.reward_agent, settings)
+    runner._claiming[task.attempt.attempt_id] = 3  # noqa: SLF001 - a claim under way, delivered in tenure 3
+    assert runner._already_claimed(Decoded(task, record, tenure=3))  # noqa: SLF001 - the same record written twice
+    assert not runner._already_claimed(Decoded(task, record, tenure=4))  # noqa: SLF001 - redelivered after a rebalance
+    runner._remember_claim(task.attempt.attempt_id)  # noqa: SLF001 - a claim held
+    assert runner._already_claimed(Decoded(task, record, tenure=5))  # noqa: SLF001
+    assert runner.stats.redelivered_skipped == 2
