@@ -142,10 +142,20 @@ class LocalStack:
         needs. It binds 127.0.0.1 and gets a fresh token through its environment (not its argv).
         """
         token = secrets.token_urlsafe(18)
-        chosen = port if port and _port_free(port) else 0
+        preferred = port if port and _port_free(port) else 0
+        # the preferred port can be taken between the check and the dashboard's bind (another job starting
+        # beside this one): then once more on a free port
+        for chosen in dict.fromkeys((preferred, 0)):
+            url, port_taken = await self._start_dashboard_on(chosen, token, timeout)
+            if not port_taken:
+                return url
+        return None
+
+    async def _start_dashboard_on(self, port: int, token: str, timeout: float) -> tuple[Optional[str], bool]:
+        """The dashboard's URL, or None and whether it failed only because ``port`` was taken."""
         (self.log_dir / "dashboard.log").unlink(missing_ok=True)  # its URL line must be this start's
         dashboard = ServiceProcess(
-            "dashboard", agl_command("dashboard", "--port", str(chosen), "--host", "127.0.0.1"),
+            "dashboard", agl_command("dashboard", "--port", str(port), "--host", "127.0.0.1"),
             env={**self.env(), env_name("dashboard_token"): token}, log_path=self.log_dir / "dashboard.log",
         ).start()  # fmt: skip
         deadline = time.monotonic() + timeout
@@ -154,14 +164,17 @@ class LocalStack:
             if url is not None:
                 self.dashboard = dashboard
                 logger.info("dashboard at %s", url)
-                return url
+                return url, False
             if not dashboard.alive:
-                logger.warning("the dashboard did not start (exit code %s): %s", dashboard.returncode, dashboard.tail(5).strip())
-                return None
+                tail = dashboard.tail(5).strip()
+                port_taken = port != 0 and "cannot listen" in tail
+                logger.warning("the dashboard did not start on port %s (exit code %s): %s%s", port, dashboard.returncode,
+                               tail, "; trying a free port" if port_taken else "")  # fmt: skip
+                return None, port_taken
             await asyncio.sleep(0.1)
         logger.warning("the dashboard did not start within %.0fs; going on without it", timeout)
         dashboard.stop()
-        return None
+        return None, False
 
     def service(self, name: str) -> Optional[ServiceProcess]:
         """The running service called ``name`` (``processors``, ``topics-trim``, ``runners``), if any."""
