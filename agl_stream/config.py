@@ -130,6 +130,7 @@ class Settings(BaseModel):
     ingest_proxy_config: Optional[str] = Field(default=None, description="LLM proxy: its config as JSON (set by its CLI)")
     ingest_worker_stop_s: Optional[float] = Field(default=None, gt=0, description="front doors' workers: stop bound (set by the CLI)")
     store_span_counts: bool = Field(default=True, description="store front door: count spans per attempt")
+    store_recent_rollouts: int = Field(default=50_000, ge=0, description="store clients: finished rollouts held in memory besides the live ones (older: read from ClickHouse); 0 = all")
     store_recent_spans_mb: int = Field(default=256, ge=0, description="store front door: spans of recent rollouts held in memory, MiB; 0 = off")
     controller_proxy_url: str = Field(default="http://127.0.0.1:4000", description="controller: the LLM proxy its agents call")
     controller_logs_dir: Optional[Path] = Field(default=None, description="controller: attempts' output; unset = <data dir>/controller")

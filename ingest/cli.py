@@ -136,11 +136,16 @@ def store(
         None, "--recent-spans-mb", min=0,
         help="query_spans of recent rollouts from agl.spans as read, without ClickHouse: MiB of spans held per worker "
              "(env: AGL_STORE_RECENT_SPANS_MB; default 256; 0: always ClickHouse)"),
+    recent_rollouts: Optional[int] = typer.Option(
+        None, "--recent-rollouts", min=0,
+        help="finished rollouts each worker holds besides the live ones; older ones are read from ClickHouse "
+             "(env: AGL_STORE_RECENT_ROLLOUTS; default 50000; 0: all)"),
     max_body_bytes: Optional[int] = MaxBodyOpt,
     request_timeout: Optional[float] = TimeoutOpt,
     produce_timeout: Optional[float] = ProduceTimeoutOpt,
 ) -> None:
     """Upstream's store REST API (/v1/agl/..., OTLP /v1/traces): upstream clients and runners, unchanged."""
     settings, env = _common(bootstrap, max_body_bytes, request_timeout, produce_timeout, clickhouse_dsn=clickhouse_dsn,
-                            store_span_counts=span_counts, store_recent_spans_mb=recent_spans_mb)  # fmt: skip
+                            store_span_counts=span_counts, store_recent_spans_mb=recent_spans_mb,
+                            store_recent_rollouts=recent_rollouts)  # fmt: skip
     _serve("agl_stream_ingest.store.app:app_from_env", host, port, workers, settings, env, settings.ingest_produce_timeout)

@@ -5,22 +5,37 @@ closed attempt when it requeues, so following the topic yields every attempt wit
 status. Writes of this client (an enqueued rollout, a claimed attempt) enter the view at once as
 *provisional* entries that any snapshot of the state machine replaces, so a rollout is readable
 right after it was written (upstream's read-your-writes for its own writes).
+
+**Bounded.** Live rollouts (not terminal) are always kept. Of the finished ones, the view keeps the
+``max_finished`` that finished last (in the order this view saw them finish) and forgets older ones, so a
+client that follows the topic from its start (a front door, an algorithm) holds a bounded window however long
+the deployment has run: about 3.5 KB per rollout plus its input's size. Forgotten rollouts are history, read
+from ClickHouse by the client (:mod:`agl_stream.client.rollout_history`); ``evicted`` says whether any were.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from collections import OrderedDict
+from typing import Callable, Collection, Iterable, Optional, Union
 
-from agl_stream.types import Attempt, AttemptedRollout, Rollout, RolloutSnapshot
+from agl_stream.types import TERMINAL_ROLLOUT_STATUSES, Attempt, AttemptedRollout, Rollout, RolloutSnapshot
 
 PROVISIONAL = 0.0  # updated_at of local entries: older than any state machine snapshot
 
 
 class RolloutView:
-    def __init__(self) -> None:
+    def __init__(self, max_finished: Optional[int] = None, on_evict: Optional[Callable[[str], None]] = None) -> None:
+        """``max_finished``: finished rollouts kept (None: all); ``on_evict(rollout_id)``: called for each one
+        forgotten, so the owner can drop what it keeps per rollout too."""
+        if max_finished is not None and max_finished < 0:
+            raise ValueError(f"max_finished must be >= 0 or None, got {max_finished}")
+        self.max_finished = max_finished
+        self.on_evict = on_evict
         self._snapshots: dict[str, RolloutSnapshot] = {}
         self._attempts: dict[str, dict[str, tuple[float, Attempt]]] = {}  # rollout -> attempt id -> (seen at, attempt)
         self._local: set[str] = set()  # rollouts whose current entry is this client's own write
+        self._finished: OrderedDict[str, None] = OrderedDict()  # terminal rollouts, in the order they finished here
+        self.evicted = 0  # finished rollouts forgotten so far (their reads go to history)
 
     # ---------------------------------------------------------------- folding records in
 
@@ -30,8 +45,25 @@ class RolloutView:
         if known is None or snapshot.updated_at >= known.updated_at:
             self._snapshots[rid] = snapshot
             self._local.discard(rid)
+            if snapshot.rollout.status in TERMINAL_ROLLOUT_STATUSES:
+                self._finished.setdefault(rid, None)  # a re-asserted terminal snapshot keeps its place
+            else:
+                self._finished.pop(rid, None)
         if snapshot.attempt is not None:
             self._note_attempt(snapshot.attempt, snapshot.updated_at)
+        self._evict()
+
+    def _evict(self) -> None:
+        if self.max_finished is None:
+            return
+        while len(self._finished) > self.max_finished:
+            rid, _ = self._finished.popitem(last=False)
+            self._snapshots.pop(rid, None)
+            self._attempts.pop(rid, None)
+            self._local.discard(rid)
+            self.evicted += 1
+            if self.on_evict is not None:
+                self.on_evict(rid)
 
     def provisional(self, rollout: Rollout, attempt: Optional[Attempt] = None) -> None:
         """Record this client's own write; the state machine's next snapshot of the rollout replaces it."""
@@ -71,8 +103,21 @@ class RolloutView:
             return snap.rollout
         return AttemptedRollout(**snap.rollout.model_dump(), attempt=snap.attempt)
 
-    def rollouts(self) -> list[Union[Rollout, AttemptedRollout]]:
-        return [r for rid in self._snapshots if (r := self.rollout(rid)) is not None]
+    def rollouts(self, ids: Optional[Iterable[str]] = None,
+                 statuses: Optional[Collection[str]] = None) -> list[Union[Rollout, AttemptedRollout]]:  # fmt: skip
+        """The rollouts held (only those among ``ids`` / with a status in ``statuses``, when given): a query
+        names what it needs, and only that is built (building every rollout costs ~20 us each)."""
+        wanted = None if ids is None else set(ids)
+        return [
+            r for rid in self._snapshots  # the view's order (upstream's unsorted order: as the rollouts arrived)
+            if (wanted is None or rid in wanted)
+            if (statuses is None or self._snapshots[rid].rollout.status in statuses) and (r := self.rollout(rid)) is not None
+        ]  # fmt: skip
+
+    @property
+    def finished_held(self) -> int:
+        """Finished rollouts held now (at most ``max_finished``)."""
+        return len(self._finished)
 
     def latest_attempt(self, rollout_id: str) -> Optional[Attempt]:
         snap = self._snapshots.get(rollout_id)

@@ -24,6 +24,7 @@ from typing import Any, Optional
 from agl_stream.client.errors import UnsupportedOnStream
 from agl_stream.client.follow import TopicFollower
 from agl_stream.client.resources import ResourceCache
+from agl_stream.client.rollout_history import RolloutHistory
 from agl_stream.client.rollout_view import RolloutView
 from agl_stream.client.span_feed import SpanFeed
 from agl_stream.client.span_reader import SpanReader
@@ -44,7 +45,8 @@ __all__ = ["CONTROL_HEADER", "FINISHED_BY_RUNNER", "TRACER_NAME", "WATCHDOG_STAT
 class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerStore):
     """Async client; use as ``async with StoreClient(settings) as store: ...``.
 
-    ``span_reader`` answers ``query_spans`` (default: ClickHouse at ``settings.effective_clickhouse_dsn``,
+    ``rollout_history`` answers reads of finished rollouts older than the view's window (``store_recent_rollouts``;
+    default: ClickHouse, opened on first use). ``span_reader`` answers ``query_spans`` (default: ClickHouse at ``settings.effective_clickhouse_dsn``,
     opened on first use); with a ``span_feed`` (a store front door's), the spans of recent rollouts are answered
     from ``agl.spans`` as read, without ClickHouse (:mod:`agl_stream.client.span_feed`). ``consistency_timeout`` bounds how long a read waits for the pipeline to
     reflect a write (:class:`ConsistencyTimeout` after that).
@@ -60,13 +62,15 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         dequeue_poll_timeout: float = 0.5,
         dequeue_idle_seconds: float = 30.0,
         span_feed: Optional[SpanFeed] = None,
+        rollout_history: Optional[RolloutHistory] = None,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
         self.consistency_timeout = consistency_timeout
         self._producer = RecordProducer(settings, bootstrap)
         self.resources = ResourceCache(settings, bootstrap=bootstrap)
-        self.view = RolloutView()
+        # live rollouts and the last `store_recent_rollouts` finished ones; older ones are read from ClickHouse
+        self.view = RolloutView(max_finished=settings.store_recent_rollouts or None, on_evict=self._forget)
         # writes wait for the state machine's answer on agl.rollouts (read-your-writes): a latency-critical hop
         self._rollouts = TopicFollower(settings, "rollouts", RolloutSnapshot, self.view.apply, bootstrap=bootstrap,
                                        fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
@@ -76,7 +80,9 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         self._owns_reader = span_reader is None
         self._span_feed = span_feed  # recent rollouts' spans from agl.spans, read before ClickHouse (a front door's)
         self.span_reads: Counter[str] = Counter()
-        self._writes: dict[tuple[str, str], AttemptWrites] = {}
+        self._writes: dict[str, dict[str, AttemptWrites]] = {}
+        self._rollout_history = rollout_history
+        self._owns_history = rollout_history is None
         self._tasks = TaskQueue(settings, self._producer, bootstrap=bootstrap, poll_timeout=dequeue_poll_timeout,
                                 idle_seconds=dequeue_idle_seconds)  # fmt: skip
         self._started = False
@@ -109,6 +115,12 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
                 await self._workers_follower.stop()
             if self._span_reader is not None and self._owns_reader:
                 await self._span_reader.close()
+            if self._rollout_history is not None and self._owns_history:
+                await self._rollout_history.close()
+
+    def _forget(self, rollout_id: str) -> None:
+        """The view forgot a finished rollout: so does the rest of the client (its spans' ids written here)."""
+        self._writes.pop(rollout_id, None)
 
     close = stop  # upstream name
 

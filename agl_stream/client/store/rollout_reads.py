@@ -1,4 +1,7 @@
-"""Rollout and attempt reads, from the state machine's snapshots on the compacted ``agl.rollouts``."""
+"""Rollout and attempt reads, from the state machine's snapshots on the compacted ``agl.rollouts``.
+
+The view holds live rollouts and the last finished ones (``store_recent_rollouts``); once it has forgotten
+any, what it does not hold is looked up in the history (ClickHouse: :mod:`agl_stream.client.rollout_history`)."""
 
 from __future__ import annotations
 
@@ -6,14 +9,34 @@ import time
 from typing import Any, Literal, Optional, Sequence, Union
 
 from agl_stream.client.paging import PaginatedResult, query
+from agl_stream.client.rollout_history import RolloutHistory
 from agl_stream.client.store.base import StoreBase
 from agl_stream.types import TERMINAL_ROLLOUT_STATUSES, Attempt, AttemptedRollout, Rollout, RolloutStatus
 
 
 class RolloutReads(StoreBase):
+    _rollout_history: Optional[RolloutHistory]
+
+    def _history(self) -> RolloutHistory:
+        if self._rollout_history is None:
+            from agl_stream.client.rollout_history import ClickHouseRolloutHistory
+
+            self._rollout_history = ClickHouseRolloutHistory(self.settings.effective_clickhouse_dsn)
+        return self._rollout_history
+
+    async def _from_history(self, rollout_ids: Sequence[str]) -> dict[str, Union[Rollout, AttemptedRollout]]:
+        """Those of ``rollout_ids`` the view does not hold, from the history, once the view has forgotten any."""
+        missing = [rid for rid in rollout_ids if not self.view.knows(rid)]
+        if not missing or not self.view.evicted:
+            return {}
+        return {r.rollout_id: r for r in await self._history().rollouts(missing)}
+
     async def get_rollout_by_id(self, rollout_id: str) -> Optional[Union[Rollout, AttemptedRollout]]:
         """The rollout with its latest attempt attached once it has one (``AttemptedRollout``), or None."""
-        return self.view.rollout(rollout_id)
+        found = self.view.rollout(rollout_id)
+        if found is None:
+            found = (await self._from_history([rollout_id])).get(rollout_id)
+        return found
 
     async def query_rollouts(
         self,
@@ -42,7 +65,14 @@ class RolloutReads(StoreBase):
             filters["status"] = {"within": list(statuses)}
         if rollout_filter:
             filters["rollout_id"] = rollout_filter
-        return query(self.view.rollouts(), Rollout, filters=filters, filter_logic=filter_logic, sort_by=sort_by,
+        # only what the filters can select is built: every filter narrows under "and", and so does a lone one
+        narrowing = filter_logic == "and" or (ids is None) + (statuses is None) + (rollout_id_contains is None) >= 2
+        items = self.view.rollouts(ids=ids if narrowing else None, statuses=statuses if narrowing else None)
+        if self.view.evicted:  # and what the view forgot, from the history (the view's copy wins: it is newer)
+            older = await self._history().matching(statuses=statuses, rollout_ids=ids, id_contains=rollout_id_contains,
+                                                   filter_logic=filter_logic)  # fmt: skip
+            items += [r for r in older if not self.view.knows(r.rollout_id)]
+        return query(items, Rollout, filters=filters, filter_logic=filter_logic, sort_by=sort_by,
                      sort_order=sort_order, limit=limit, offset=offset)  # fmt: skip
 
     async def query_attempts(
@@ -55,21 +85,29 @@ class RolloutReads(StoreBase):
         offset: int = 0,
     ) -> PaginatedResult[Attempt]:
         """Every attempt of the rollout the state machine reported (each with its last known status)."""
-        return query(self.view.attempts(rollout_id), Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit,
-                     offset=offset)  # fmt: skip
+        attempts = self.view.attempts(rollout_id)
+        if not self.view.knows(rollout_id) and self.view.evicted:
+            attempts = await self._history().attempts(rollout_id)
+        return query(attempts, Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
 
     async def get_latest_attempt(self, rollout_id: str) -> Optional[Attempt]:
-        return self.view.latest_attempt(rollout_id)
+        latest = self.view.latest_attempt(rollout_id)
+        if latest is None and (older := (await self._from_history([rollout_id])).get(rollout_id)) is not None:
+            latest = older.attempt if isinstance(older, AttemptedRollout) else None
+        return latest
 
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
         """The rollouts among ``rollout_ids`` that reached a terminal status, waiting up to ``timeout`` seconds
         (None: until all are done) for the rest."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        # rollouts the view forgot finished long ago: looked up once (their history does not change)
+        older = {rid: r for rid, r in (await self._from_history(rollout_ids)).items() if r.status in TERMINAL_ROLLOUT_STATUSES}
         while True:
             done = [
-                snap.rollout
+                snap.rollout if snap is not None else Rollout.model_validate(older[rid].model_dump(exclude={"attempt"}))
                 for rid in rollout_ids
                 if (snap := self.view.matches(rid, lambda s: s.rollout.status in TERMINAL_ROLLOUT_STATUSES)) is not None
+                or rid in older
             ]
             if len(done) == len(rollout_ids):
                 return done

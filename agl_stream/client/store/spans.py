@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Optional, Sequence, Union
 
 from agl_stream.client.errors import ConsistencyTimeout
 from agl_stream.client.paging import PaginatedResult, check_paging
 from agl_stream.client.span_reader import SpanQuery, SpanReader
 from agl_stream.client.store.base import FINISHED_BY_RUNNER, TRACER_NAME, StoreBase
-from agl_stream.types import Span
+from agl_stream.types import Attempt, Span
 
 if TYPE_CHECKING:
     from agl_stream.client.span_feed import SpanFeed
@@ -40,23 +40,26 @@ class SpanStore(StoreBase):
     #: query_spans answers by source: "recent" (the span feed), "clickhouse", and "recent_not_caught_up" (of those
     #: read from ClickHouse, the rollouts the feed held but had not read far enough in time)
     span_reads: Counter[str]
-    _writes: dict[tuple[str, str], AttemptWrites]
+    #: rollout -> attempt -> what this client wrote for it; dropped with the rollout when the view forgets it
+    _writes: dict[str, dict[str, AttemptWrites]]
+    get_latest_attempt: Callable[[str], Awaitable[Optional[Attempt]]]  # RolloutReads
+    query_attempts: Callable[..., Awaitable[PaginatedResult[Attempt]]]  # RolloutReads
 
     def _spans_written(self, rollout_id: str, attempt_id: str) -> int:
-        writes = self._writes.get((rollout_id, attempt_id))
+        writes = self._writes.get(rollout_id, {}).get(attempt_id)
         return writes.span_count if writes else 0
 
     def _attempt_writes(self, rollout_id: str, attempt_id: str) -> AttemptWrites:
         snap = self._require_rollout(rollout_id)
-        key = (rollout_id, attempt_id)
-        if key not in self._writes:
+        by_attempt = self._writes.setdefault(rollout_id, {})
+        if attempt_id not in by_attempt:
             known = {a.attempt_id for a in self.view.attempts(rollout_id)}
             if snap.attempt is not None:
                 known.add(snap.attempt.attempt_id)
             if attempt_id not in known:
                 raise ValueError(f"attempt {attempt_id} not found for rollout {rollout_id}")
-            self._writes[key] = AttemptWrites()
-        return self._writes[key]
+            by_attempt[attempt_id] = AttemptWrites()
+        return by_attempt[attempt_id]
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         """The next sequence id (1, 2, ...) for spans this process writes for the attempt.
@@ -136,7 +139,7 @@ class SpanStore(StoreBase):
         check_paging(limit, offset, sort_order, filter_logic)
         resolved: Optional[str] = attempt_id
         if attempt_id == "latest":
-            latest = self.view.latest_attempt(rollout_id)
+            latest = await self.get_latest_attempt(rollout_id)  # a rollout the view forgot: from the history
             if latest is None:
                 return PaginatedResult([], limit, offset, 0)
             resolved = latest.attempt_id
@@ -160,12 +163,14 @@ class SpanStore(StoreBase):
 
     async def _await_spans(self, reader: SpanReader, rollout_id: str, attempt_id: Optional[str]) -> None:
         attempts = self.view.attempts(rollout_id)
+        if not attempts and not self.view.knows(rollout_id) and self.view.evicted:
+            attempts = list(await self.query_attempts(rollout_id))  # a rollout the view forgot: its attempts' history
         if attempt_id is not None:
             attempts = [a for a in attempts if a.attempt_id == attempt_id]
         deadline = time.monotonic() + self.consistency_timeout
         for attempt in attempts:
             finished = attempt.status in FINISHED_BY_RUNNER
-            own = self._writes.get((rollout_id, attempt.attempt_id))
+            own = self._writes.get(rollout_id, {}).get(attempt.attempt_id)
             delay = 0.05
             while True:
                 progress = await reader.attempt_progress(rollout_id, attempt.attempt_id) if finished else None

@@ -1,0 +1,52 @@
+"""The client's rollout view: a bounded window of finished rollouts beside every live one."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+from agl_stream.client.rollout_view import RolloutView
+from agl_stream.types import Attempt, Rollout, RolloutSnapshot
+
+
+def _snapshot(n: int, status: str, at: float, attempt_status: Optional[str] = None) -> RolloutSnapshot:
+    rid = f"ro-{n:012d}"
+    attempt = Attempt(rollout_id=rid, attempt_id=f"at-{n:08d}", status=attempt_status or "running")
+    return RolloutSnapshot(rollout=Rollout(rollout_id=rid, status=status, input={"n": n}), attempt=attempt, attempts=1,
+                           updated_at=at)  # fmt: skip
+
+
+def test_finished_rollouts_beyond_the_window_are_forgotten_oldest_finished_first() -> None:
+    forgotten: list[str] = []
+    view = RolloutView(max_finished=2, on_evict=forgotten.append)
+    for n in range(4):
+        view.apply(None, _snapshot(n, "running", at=1.0))
+    for n in (2, 0, 3):  # finishing order, not arrival order, decides
+        view.apply(None, _snapshot(n, "succeeded", at=2.0, attempt_status="succeeded"))
+    assert forgotten == ["ro-000000000002"] and view.evicted == 1 and view.finished_held == 2
+    assert not view.knows("ro-000000000002") and view.attempts("ro-000000000002") == []
+    assert view.knows("ro-000000000001")  # live: always held
+    view.apply(None, _snapshot(0, "succeeded", at=3.0, attempt_status="succeeded"))  # re-asserted: keeps its place
+    view.apply(None, _snapshot(1, "failed", at=3.0, attempt_status="failed"))
+    assert forgotten == ["ro-000000000002", "ro-000000000000"]
+    assert [r.rollout_id for r in view.rollouts()] == ["ro-000000000001", "ro-000000000003"]
+
+
+def test_an_unbounded_view_keeps_everything() -> None:
+    view = RolloutView()
+    for n in range(50):
+        view.apply(None, _snapshot(n, "succeeded", at=1.0))
+    assert len(view) == 50 and view.evicted == 0
+    with pytest.raises(ValueError, match="max_finished"):
+        RolloutView(max_finished=-1)
+
+
+def test_rollouts_builds_only_what_the_ids_and_statuses_select_in_the_views_order() -> None:
+    view = RolloutView()
+    for n, status in enumerate(["running", "succeeded", "failed", "succeeded"]):
+        view.apply(None, _snapshot(n, status, at=1.0))
+    ids = ["ro-000000000003", "ro-000000000000", "ro-000000000009"]
+    assert [r.rollout_id for r in view.rollouts(ids=ids)] == ["ro-000000000000", "ro-000000000003"]
+    assert [r.rollout_id for r in view.rollouts(statuses={"succeeded"})] == ["ro-000000000001", "ro-000000000003"]
+    assert [r.rollout_id for r in view.rollouts(ids=ids, statuses={"running"})] == ["ro-000000000000"]
