@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("agl-stream", "upstream"), default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the raw runs and the summary here")
     parser.add_argument("--keep", type=Path, default=None, help="keep each run's logs and data under this folder")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="py-spy every server process for each run, stacks and summaries under this folder "
+                             "(profiled runs cost py-spy's CPU too: measure without it)")
     args = parser.parse_args(argv)
     if not args.benchmark.is_file():
         parser.error(f"--benchmark {args.benchmark}: no such file")

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -46,6 +46,9 @@ from agl_stream.execution.local_stack import LocalStack  # noqa: E402
 from agl_stream.service import ServiceProcess, agl_command  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 from tests.upstream_venv import UPSTREAM_ENV, UPSTREAM_VENV  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.benchmarks.spy_trees import SpyTrees
 
 WORKLOAD = Path(__file__).with_name("upstream_store_workload.py")
 console = Console()
@@ -131,6 +134,18 @@ def cpu_by_side(sampler: ProcessSampler) -> dict[str, Any]:
     return sides
 
 
+def _profiler(args: argparse.Namespace, system: str, work: Path) -> "SpyTrees | None":
+    """py-spy on the server's processes for the run (``--profile DIR``; profiled runs are not measured runs: py-spy
+    takes CPU of its own), the stacks under ``DIR/<system>-<n>/``."""
+    folder = getattr(args, "profile", None)
+    if folder is None:
+        return None
+    from tests.benchmarks.spy_trees import SpyTrees
+
+    runs = sorted(folder.glob(f"{system}-*")) if folder.exists() else []
+    return SpyTrees(folder / f"{system}-{len(runs) + 1}")
+
+
 async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     settings = Settings.from_env(env={}, data_dir=work / "agl", partitions=args.partitions)
     stack = LocalStack(settings, log_dir=work / "logs")
@@ -147,9 +162,18 @@ async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workloa
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, front)
         sampler.watch("front_door", front.pid)
+        spies = _profiler(args, "agl-stream", work)
+        if spies is not None:
+            spies.attach("front_door", front.pid)
+            spies.attach("processors", stack.service("processors").pid)  # type: ignore[union-attr]
         sampler.mark()
-        result = workload(url, args, sampler, work / "logs" / "workload.log")
+        try:
+            result = workload(url, args, sampler, work / "logs" / "workload.log")
+        finally:
+            profile = spies.stop() if spies is not None else None
         result["cpu_s"] = cpu_by_side(sampler)
+        if profile is not None:
+            result["profile"] = profile
         result["front_door_routes"] = route_latency(url)
         result["span_reads"] = span_read_sources(url)
         return result
@@ -171,9 +195,17 @@ def run_upstream(args: argparse.Namespace, work: Path, workload: Workload = run_
     try:
         wait_healthy(url, store)
         sampler.watch("upstream_store", store.pid)
+        spies = _profiler(args, "upstream", work)
+        if spies is not None:
+            spies.attach("upstream_store", store.pid)
         sampler.mark()
-        result = workload(url, args, sampler, work / "workload.log")
+        try:
+            result = workload(url, args, sampler, work / "workload.log")
+        finally:
+            profile = spies.stop() if spies is not None else None
         result["cpu_s"] = cpu_by_side(sampler)
+        if profile is not None:
+            result["profile"] = profile
         return result
     finally:
         sampler.stop()
