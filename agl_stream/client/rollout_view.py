@@ -80,6 +80,18 @@ class RolloutView:
         if attempt is not None:
             self._note_attempt(attempt, PROVISIONAL)
 
+    def provisional_success(self, snapshot: RolloutSnapshot, attempt: Attempt) -> None:
+        """This client reported the latest attempt of ``snapshot`` succeeded (acknowledged, not applied yet): read
+        it as the state machine will write it (the attempt and the rollout ``succeeded``) until its snapshot comes.
+
+        Waits on the state machine (:meth:`matches`, ``wait_for_rollouts``) still wait for that snapshot."""
+        rid = snapshot.rollout.rollout_id
+        rollout = snapshot.rollout.model_copy(update={"status": "succeeded", "end_time": attempt.end_time})
+        self._snapshots[rid] = RolloutSnapshot(rollout=rollout, attempt=attempt, attempts=snapshot.attempts,
+                                               updated_at=snapshot.updated_at)  # fmt: skip
+        self._local.add(rid)
+        self._note_attempt(attempt, snapshot.updated_at)  # replaces the running attempt; any later snapshot wins
+
     def _note_attempt(self, attempt: Attempt, seen_at: float) -> None:
         by_id = self._attempts.setdefault(attempt.rollout_id, {})
         known = by_id.get(attempt.attempt_id)

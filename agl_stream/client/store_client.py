@@ -11,7 +11,9 @@ so an algorithm or a hand-written runner written against the store ports by swap
 * **Reads** come from the state machine's snapshots (the compacted ``agl.rollouts``, followed from
   the start), the resources and workers topics, and, for spans, a :class:`SpanReader` over
   ClickHouse. Where upstream reads its own writes, so does the client: its writes enter its view at
-  once, ``update_attempt``/``update_rollout`` return once the state machine applied them, and
+  once, ``update_attempt(succeeded)`` of a running attempt returns at the broker's acknowledgement and reads
+  back succeeded at once (the state machine's rule for it is fixed), other outcomes and ``update_rollout`` return
+  once the state machine applied them, and
   ``query_spans`` of a finished attempt waits until the sinks stored every span its runner reported.
 * **What a stream cannot do** as upstream raises :class:`UnsupportedOnStream` naming the alternative.
 """

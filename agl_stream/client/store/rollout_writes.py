@@ -9,7 +9,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 from agl_stream.client.errors import UnsupportedOnStream
 from agl_stream.client.paging import UNSET, Unset
 from agl_stream.client.resources import ResourceCache
-from agl_stream.client.store.base import CONTROL_HEADER, FINISHED_BY_RUNNER, WATCHDOG_STATUSES, StoreBase
+from agl_stream.client.store.base import CONTROL_HEADER, FINAL_ATTEMPT_STATUSES, FINISHED_BY_RUNNER, WATCHDOG_STATUSES, StoreBase
 from agl_stream.client.task_queue import TaskQueue
 from agl_stream.ids import generate_attempt_id, generate_rollout_id
 from agl_stream.kafka.claim import CLAIMED_HEADER
@@ -177,7 +177,9 @@ class RolloutWrites(StoreBase):
         """Report an attempt's progress as the runner's ``AttemptEvent`` records.
 
         ``succeeded``/``failed`` -> ``finished`` (with the number of spans this client added, so the
-        triplet processor knows when it has them all; returns once the state machine applied it);
+        triplet processor knows when it has them all). A success of the rollout's latest, still open attempt returns
+        once the broker acknowledged it and reads back ``succeeded`` here at once; a failure (which the retry rules
+        decide) or a late report returns once the state machine applied it;
         ``preparing``/``running`` or a ``worker_id`` -> ``started`` (an attempt becomes ``running`` with
         its first span, as upstream's ``add_span``); ``last_heartbeat_time`` alone -> ``heartbeat``.
         ``timeout``/``unresponsive`` are the watchdog's (``RolloutConfig``) and are refused.
@@ -211,6 +213,12 @@ class RolloutWrites(StoreBase):
             await self._send_event(task, "finished", status=status, worker_id=updated.worker_id,
                                    span_count=span_count, metadata=event_meta)  # fmt: skip
             aid = updated.attempt_id
+            if status == "succeeded" and self._settles_the_rollout(snap, aid):
+                # Safe once acknowledged: the event is on the attempt's partition after everything this client wrote
+                # for it, and the state machine's rule for a running latest attempt that succeeded is fixed (the
+                # rollout succeeds). Reads here show it at once; waits on the state machine still wait for it.
+                self.view.provisional_success(snap, updated)
+                return updated
 
             def applied(s: RolloutSnapshot) -> bool:
                 return s.attempt is not None and (s.attempt.attempt_id != aid or s.attempt.status in FINISHED_BY_RUNNER)
@@ -224,6 +232,14 @@ class RolloutWrites(StoreBase):
                                    timestamp=updated.last_heartbeat_time or time.time())  # fmt: skip
         self.view.provisional(snap.rollout, updated)
         return updated
+
+    @staticmethod
+    def _settles_the_rollout(snap: RolloutSnapshot, attempt_id: str) -> bool:
+        """The attempt is the rollout's latest and still open, so a success decides the rollout (otherwise the state
+        machine may ignore it: a late or duplicate report, an attempt already closed by the watchdog; then wait)."""
+        latest = snap.attempt
+        return (latest is not None and latest.attempt_id == attempt_id and latest.status not in FINAL_ATTEMPT_STATUSES
+                and snap.rollout.status not in TERMINAL_ROLLOUT_STATUSES)  # fmt: skip
 
     def _resolve_attempt(self, snap: RolloutSnapshot, attempt_id: str) -> Attempt:
         rid = snap.rollout.rollout_id

@@ -66,3 +66,30 @@ async def test_wait_for_rollouts_reads_state_machine_snapshots(topics: Settings)
         done = await store.wait_for_rollouts(rollout_ids=[r1.rollout_id, r2.rollout_id], timeout=30)
         await writer
     assert {(r.rollout_id, r.status) for r in done} == {(r1.rollout_id, "succeeded"), (r2.rollout_id, "failed")}
+
+
+async def test_a_success_is_answered_once_acknowledged_and_a_failure_once_applied(topics: Settings) -> None:
+    """``update_attempt(succeeded)`` of a running latest attempt returns at the broker's acknowledgement (no state
+    machine is running here) and reads back succeeded at once; waits on the state machine still wait for it, and
+    a failure (whose outcome the retry rules decide) waits for the state machine as before."""
+    from agl_stream.client import ConsistencyTimeout
+    from agl_stream.client.store.base import FINAL_ATTEMPT_STATUSES
+    from agl_stream_processors.state_machine import rules
+    from tests.agl_stream.client.pipeline import processors
+    from tests.agl_stream.client.test_store_api_runner import dequeue_until
+
+    assert FINAL_ATTEMPT_STATUSES == rules.FINAL_ATTEMPT_STATUSES  # the client's copy of the state machine's rule
+    async with StoreClient(topics, consistency_timeout=3.0) as store:
+        ok, bad = await store.enqueue_rollout({"q": 1}), await store.enqueue_rollout({"q": 2})
+        tasks = {t.rollout_id: t for t in await dequeue_until(store, 2, "Worker-hand")}
+        done = await store.update_attempt(ok.rollout_id, tasks[ok.rollout_id].attempt.attempt_id, status="succeeded")
+        assert done.status == "succeeded" and done.end_time is not None
+        read = await store.get_rollout_by_id(ok.rollout_id)
+        assert read is not None and read.status == "succeeded" and read.attempt.status == "succeeded"  # type: ignore[union-attr]
+        assert await store.wait_for_rollouts(rollout_ids=[ok.rollout_id], timeout=0.5) == []  # not applied yet
+        with pytest.raises(ConsistencyTimeout, match="failed"):
+            await store.update_attempt(bad.rollout_id, tasks[bad.rollout_id].attempt.attempt_id, status="failed")
+        async with processors(topics):
+            (applied,) = await store.wait_for_rollouts(rollout_ids=[ok.rollout_id], timeout=30)
+            assert applied.status == "succeeded"
+            assert (await store.get_rollout_by_id(ok.rollout_id)).status == "succeeded"  # type: ignore[union-attr]
