@@ -21,6 +21,8 @@ from typing import Callable, Collection, Iterable, Optional, Union
 from agl_stream.types import TERMINAL_ROLLOUT_STATUSES, Attempt, AttemptedRollout, Rollout, RolloutSnapshot
 
 PROVISIONAL = 0.0  # updated_at of local entries: older than any state machine snapshot
+#: attempt statuses after which the state machine ignores a runner's outcome (its rules' FINAL_ATTEMPT_STATUSES)
+FINAL_ATTEMPT_STATUSES = frozenset({"succeeded", "failed", "timeout"})
 
 
 class RolloutView:
@@ -35,12 +37,17 @@ class RolloutView:
         self._attempts: dict[str, dict[str, tuple[float, Attempt]]] = {}  # rollout -> attempt id -> (seen at, attempt)
         self._local: set[str] = set()  # rollouts whose current entry is this client's own write
         self._finished: OrderedDict[str, None] = OrderedDict()  # terminal rollouts, in the order they finished here
+        self._succeeded_here: dict[str, str] = {}  # rollout -> its attempt this client reported succeeded, not applied yet
         self.evicted = 0  # finished rollouts forgotten so far (their reads go to history)
 
     # ---------------------------------------------------------------- folding records in
 
     def apply(self, key: Optional[str], snapshot: RolloutSnapshot) -> None:
         rid = snapshot.rollout.rollout_id
+        if rid in self._succeeded_here:
+            if not self._decides(snapshot, self._succeeded_here[rid]):
+                return  # written before the state machine applied this client's success: reads must not go back
+            del self._succeeded_here[rid]
         known = self._snapshots.get(rid)
         if known is None or snapshot.updated_at >= known.updated_at:
             self._snapshots[rid] = snapshot
@@ -53,6 +60,14 @@ class RolloutView:
             self._note_attempt(snapshot.attempt, snapshot.updated_at)
         self._evict()
 
+    @staticmethod
+    def _decides(snapshot: RolloutSnapshot, attempt_id: str) -> bool:
+        """The snapshot settles the attempt this client reported succeeded: it closed it (the success applied, or the
+        watchdog's outcome first), moved on to another attempt, or ended the rollout."""
+        latest = snapshot.attempt
+        return (latest is None or latest.attempt_id != attempt_id or latest.status in FINAL_ATTEMPT_STATUSES
+                or snapshot.rollout.status in TERMINAL_ROLLOUT_STATUSES)  # fmt: skip
+
     def _evict(self) -> None:
         if self.max_finished is None:
             return
@@ -61,6 +76,7 @@ class RolloutView:
             self._snapshots.pop(rid, None)
             self._attempts.pop(rid, None)
             self._local.discard(rid)
+            self._succeeded_here.pop(rid, None)
             self.evicted += 1
             if self.on_evict is not None:
                 self.on_evict(rid)
@@ -82,15 +98,18 @@ class RolloutView:
 
     def provisional_success(self, snapshot: RolloutSnapshot, attempt: Attempt) -> None:
         """This client reported the latest attempt of ``snapshot`` succeeded (acknowledged, not applied yet): read
-        it as the state machine will write it (the attempt and the rollout ``succeeded``) until its snapshot comes.
+        it as the state machine will write it (the attempt and the rollout ``succeeded``) until a snapshot settles it.
 
-        Waits on the state machine (:meth:`matches`, ``wait_for_rollouts``) still wait for that snapshot."""
+        Snapshots the state machine wrote before it applied the success (the attempt still open) are skipped, so
+        reads never go back to ``running``. Waits on the state machine (:meth:`matches`, ``wait_for_rollouts``)
+        still wait for its own snapshot."""
         rid = snapshot.rollout.rollout_id
         rollout = snapshot.rollout.model_copy(update={"status": "succeeded", "end_time": attempt.end_time})
         self._snapshots[rid] = RolloutSnapshot(rollout=rollout, attempt=attempt, attempts=snapshot.attempts,
                                                updated_at=snapshot.updated_at)  # fmt: skip
         self._local.add(rid)
-        self._note_attempt(attempt, snapshot.updated_at)  # replaces the running attempt; any later snapshot wins
+        self._succeeded_here[rid] = attempt.attempt_id
+        self._note_attempt(attempt, snapshot.updated_at)  # replaces the open attempt until a snapshot settles it
 
     def _note_attempt(self, attempt: Attempt, seen_at: float) -> None:
         by_id = self._attempts.setdefault(attempt.rollout_id, {})

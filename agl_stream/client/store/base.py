@@ -18,8 +18,6 @@ CONTROL_HEADER = "agl-kind"
 #: attempt statuses only the state machine's watchdog sets
 WATCHDOG_STATUSES = frozenset({"timeout", "unresponsive"})
 FINISHED_BY_RUNNER = frozenset({"succeeded", "failed"})
-#: attempt statuses after which the state machine ignores a runner's outcome (its rules' FINAL_ATTEMPT_STATUSES)
-FINAL_ATTEMPT_STATUSES = frozenset({"succeeded", "failed", "timeout"})
 TRACER_NAME = "agl-stream-store-client"
 
 

@@ -9,7 +9,8 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 from agl_stream.client.errors import UnsupportedOnStream
 from agl_stream.client.paging import UNSET, Unset
 from agl_stream.client.resources import ResourceCache
-from agl_stream.client.store.base import CONTROL_HEADER, FINAL_ATTEMPT_STATUSES, FINISHED_BY_RUNNER, WATCHDOG_STATUSES, StoreBase
+from agl_stream.client.rollout_view import FINAL_ATTEMPT_STATUSES
+from agl_stream.client.store.base import CONTROL_HEADER, FINISHED_BY_RUNNER, WATCHDOG_STATUSES, StoreBase
 from agl_stream.client.task_queue import TaskQueue
 from agl_stream.ids import generate_attempt_id, generate_rollout_id
 from agl_stream.kafka.claim import CLAIMED_HEADER
@@ -91,6 +92,9 @@ class RolloutWrites(StoreBase):
         # The state machine must know the current attempt before a later one appears: its records and
         # the new attempt's travel on different topics, and a span cannot tell which attempt number it has.
         snap = await self._await_view(rollout_id, lambda s: True, "the rollout's earlier writes")
+        current = self.view.snapshot(rollout_id)  # this client's success, acknowledged but maybe not applied yet
+        if current is not None and current.rollout.status in TERMINAL_ROLLOUT_STATUSES:
+            snap = current
         if snap.rollout.status in TERMINAL_ROLLOUT_STATUSES:
             raise UnsupportedOnStream(
                 "start_attempt", f"rollout {rollout_id} is {snap.rollout.status}; the state machine keeps terminal "

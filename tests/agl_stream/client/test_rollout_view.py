@@ -50,3 +50,30 @@ def test_rollouts_builds_only_what_the_ids_and_statuses_select_in_the_views_orde
     assert [r.rollout_id for r in view.rollouts(ids=ids)] == ["ro-000000000000", "ro-000000000003"]
     assert [r.rollout_id for r in view.rollouts(statuses={"succeeded"})] == ["ro-000000000001", "ro-000000000003"]
     assert [r.rollout_id for r in view.rollouts(ids=ids, statuses={"running"})] == ["ro-000000000000"]
+
+
+def test_a_success_reported_here_is_not_undone_by_a_snapshot_from_before_it_was_applied() -> None:
+    view = RolloutView()
+    running = _snapshot(1, "running", at=1.0)
+    view.apply(None, running)
+    assert running.attempt is not None
+    done = running.attempt.model_copy(update={"status": "succeeded", "end_time": 5.0})
+    view.provisional_success(running, done)
+    assert view.rollout("ro-000000000001").status == "succeeded"  # type: ignore[union-attr]
+    assert view.matches("ro-000000000001", lambda s: True) is None  # the state machine has not said it
+    view.apply(None, _snapshot(1, "running", at=2.0))  # written before the success was applied: skipped
+    assert view.rollout("ro-000000000001").status == "succeeded"  # type: ignore[union-attr]
+    assert [a.status for a in view.attempts("ro-000000000001")] == ["succeeded"]
+    view.apply(None, _snapshot(1, "succeeded", at=3.0, attempt_status="succeeded"))  # applied
+    assert view.matches("ro-000000000001", lambda s: s.rollout.status == "succeeded") is not None
+
+
+def test_a_success_reported_here_gives_way_to_the_watchdogs_outcome() -> None:
+    view = RolloutView()
+    running = _snapshot(1, "running", at=1.0)
+    view.apply(None, running)
+    assert running.attempt is not None
+    view.provisional_success(running, running.attempt.model_copy(update={"status": "succeeded"}))
+    view.apply(None, _snapshot(1, "failed", at=2.0, attempt_status="timeout"))  # the watchdog closed it first
+    read = view.rollout("ro-000000000001")
+    assert read is not None and read.status == "failed" and view.matches("ro-000000000001", lambda s: True) is not None

@@ -73,7 +73,7 @@ async def test_a_success_is_answered_once_acknowledged_and_a_failure_once_applie
     machine is running here) and reads back succeeded at once; waits on the state machine still wait for it, and
     a failure (whose outcome the retry rules decide) waits for the state machine as before."""
     from agl_stream.client import ConsistencyTimeout
-    from agl_stream.client.store.base import FINAL_ATTEMPT_STATUSES
+    from agl_stream.client.rollout_view import FINAL_ATTEMPT_STATUSES
     from agl_stream_processors.state_machine import rules
     from tests.agl_stream.client.pipeline import processors
     from tests.agl_stream.client.test_store_api_runner import dequeue_until
@@ -93,3 +93,17 @@ async def test_a_success_is_answered_once_acknowledged_and_a_failure_once_applie
             (applied,) = await store.wait_for_rollouts(rollout_ids=[ok.rollout_id], timeout=30)
             assert applied.status == "succeeded"
             assert (await store.get_rollout_by_id(ok.rollout_id)).status == "succeeded"  # type: ignore[union-attr]
+
+
+async def test_a_new_attempt_of_a_rollout_whose_success_is_not_applied_yet_is_refused(topics: Settings) -> None:
+    """After ``update_attempt(succeeded)`` answered, the rollout is terminal for this client's writes too, before
+    the state machine's snapshot says so."""
+    from agl_stream.client import UnsupportedOnStream
+    from tests.agl_stream.client.pipeline import processors
+
+    async with processors(topics), StoreClient(topics) as store:
+        task = await store.start_rollout({"q": 1}, worker_id="Worker-hand")
+        assert await store.wait_until_known(task.rollout_id, task.attempt.attempt_id, timeout=30)
+        await store.update_attempt(task.rollout_id, task.attempt.attempt_id, status="succeeded")
+        with pytest.raises(UnsupportedOnStream, match="succeeded"):
+            await store.start_attempt(task.rollout_id)
