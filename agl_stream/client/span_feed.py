@@ -11,6 +11,11 @@ replica acknowledged before the query is in the answer. It costs one ListOffsets
 that cannot get there in time (the broker unreachable, the feed far behind) says so, and the caller reads
 ClickHouse instead.
 
+**Only what it follows.** The feed answers only while it reads every partition the topic has (a topic whose
+metadata was not there when the feed started, or that grew, is taken up by the follow loop, which then starts
+over from the end), and its coverage starts once the partitions' ends are known, not when it asked for them (a
+slow answer must not cover rollouts whose first spans were written before those ends).
+
 **A gap is never papered over.** The consumer does not reset a lost position by itself (``auto_offset_reset``
 "none"): if records were deleted before the feed read them (it fell more than the retention behind), it drops
 what it holds, answers only for rollouts enqueued from then on, and goes on from the end.
@@ -47,6 +52,7 @@ class SpanFeed:
         self._task: Optional[asyncio.Task[None]] = None
         self.records = 0
         self.gaps = 0
+        self._said_missing = False
 
     async def start(self) -> "SpanFeed":
         if self._task is not None:
@@ -67,19 +73,46 @@ class SpanFeed:
         await self._consumer.stop(commit=False)
 
     async def _read_from_now(self) -> None:
-        """Every partition from its end, and the coverage from this moment: a rollout enqueued after it (by more than
-        the margin for clock differences) writes its first span after the ends were taken."""
-        self.spans.forget_all(time.time())
+        """Every partition from its end, and the coverage from the moment the ends are known: a rollout enqueued
+        after it (by more than the margin for clock differences) writes its first span after those ends."""
         raw = self._consumer.raw
         partitions = list(raw.assignment())
         ends = await raw.end_offsets(partitions)
+        self._read_to.clear()
         for tp in partitions:
             raw.seek(tp, ends[tp])
             self._read_to[tp] = ends[tp]
+        self.spans.forget_all(time.time())
+
+    def _missing_partitions(self) -> set[TopicPartition]:
+        """Partitions of the topic (as the client's metadata has it) the feed does not read; all of them when the
+        metadata has none."""
+        known = self._consumer.raw.partitions_for_topic(self.topic)
+        if not known:
+            return {TopicPartition(self.topic, -1)}  # nothing known: nothing can be answered for
+        return {TopicPartition(self.topic, p) for p in known} - set(self._read_to)
+
+    async def _follow_every_partition(self) -> None:
+        """Take up partitions the feed does not read yet (the topic had no metadata at start, or grew): read them
+        all from their ends, answering only for rollouts enqueued from then on."""
+        raw = self._consumer.raw
+        await self._consumer.refresh_metadata()
+        known = raw.partitions_for_topic(self.topic)
+        if not known:
+            return
+        logger.warning("%s: following %d of its %d partitions; taking up the rest and starting over from the end",
+                       self.topic, len(self._read_to), len(known))  # fmt: skip
+        raw.assign([TopicPartition(self.topic, p) for p in sorted(known)])
+        await self._read_from_now()
 
     async def _follow(self) -> None:
+        next_check = 0.0
         while True:
             try:
+                if time.monotonic() >= next_check:  # cheap (cached metadata), but no need to look every poll
+                    next_check = time.monotonic() + 1.0
+                    if self._missing_partitions():
+                        await self._follow_every_partition()
                 records = await self._consumer.getmany(timeout=self.poll_timeout)
             except asyncio.CancelledError:
                 raise
@@ -106,8 +139,16 @@ class SpanFeed:
         await self._read_from_now()
 
     async def caught_up_to_now(self, timeout: float) -> bool:
-        """Wait until everything acknowledged on ``agl.spans`` before this call is read; False when not in time."""
+        """Wait until everything acknowledged on ``agl.spans`` before this call is read; False when not in time (or
+        while the feed does not read every partition of the topic)."""
         raw = self._consumer.raw
+        missing = self._missing_partitions()
+        if missing:
+            if not self._said_missing:  # once per episode, not once per query
+                logger.warning("%s: not reading %s yet; answering from ClickHouse", self.topic, sorted(missing))
+                self._said_missing = True
+            return False
+        self._said_missing = False
         try:
             ends = await asyncio.wait_for(raw.end_offsets(list(self._read_to)), timeout)
         except Exception as exc:  # noqa: BLE001 - the caller falls back to ClickHouse, and says why in the log

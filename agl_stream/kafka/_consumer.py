@@ -185,6 +185,13 @@ class RecordConsumer:
         self._started = True
         return self
 
+    async def refresh_metadata(self) -> None:
+        """Ask the brokers for the topics' metadata now (a consumer outside a group does not follow it by itself)."""
+        client = self._consumer._client  # aiokafka's consumer offers no public "fetch this topic's metadata"
+        for topic in self.topics:
+            await client.add_topic(topic)
+        await client.force_metadata_update()
+
     async def _all_partitions(self, wait: float = 5.0) -> list[TopicPartition]:
         """Every partition of the topics. A consumer outside a group has no topic metadata until it asks for
         it (Apache Kafka answers a bootstrap with none); a topic created a moment ago may take a few

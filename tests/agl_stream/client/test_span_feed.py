@@ -7,6 +7,7 @@ reads the partitions' end offsets after the query arrives and waits until its fe
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -52,3 +53,49 @@ async def test_a_rollout_from_before_the_feed_began_is_read_from_clickhouse(topi
             seen = await late.query_spans(task.rollout_id)
             assert [s.name for s in seen] == ["step-1"]
             assert late.span_reads == {"clickhouse": 1}  # the feed does not hold it whole
+
+
+async def test_a_feed_that_does_not_read_every_partition_answers_for_nothing_until_it_does(settings: Settings) -> None:
+    """Started before its topic existed (no partitions to read), the feed must not claim to hold every acknowledged
+    span: it answers only once it reads every partition, and only for what came after that."""
+    from agl_stream.kafka import RecordProducer
+    from agl_stream_topics.admin import ensure_topics
+
+    feed = SpanFeed(settings, margin=0.0)
+    await feed.start()  # the topic does not exist yet: nothing assigned
+    try:
+        assert not await feed.caught_up_to_now(timeout=1.0)
+        assert (await ensure_topics(settings, strict=True)).ok
+        deadline = time.monotonic() + 30
+        while not await feed.caught_up_to_now(timeout=1.0):
+            assert time.monotonic() < deadline, "the feed never took up the topic's partitions"
+            await asyncio.sleep(0.2)  # a refusal answers at once: let the feed's loop run
+        assert time.time() > feed.spans.covered_from  # it covers what comes next
+        async with RecordProducer(settings) as producer:
+            await producer.send_and_wait(settings.topic("spans"), a_span("ro-feed", "at-feed", 1), key="ro-feed")
+        assert await feed.caught_up_to_now(timeout=10.0)
+        assert [s.sequence_id for s in feed.spans.spans("ro-feed")] == [1]
+    finally:
+        await feed.stop()
+
+
+async def test_the_coverage_starts_when_the_partitions_ends_are_known(topics: Settings) -> None:
+    """A slow answer to "where do the partitions end" must not cover rollouts whose spans were written while it was
+    on its way (they are below the ends the feed starts from)."""
+    feed = SpanFeed(topics, margin=0.0)
+    raw = feed._consumer.raw  # noqa: SLF001 - the test slows the feed's own call down
+    real_end_offsets = raw.end_offsets
+    answered: list[float] = []
+
+    async def slow_end_offsets(partitions):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(1.0)
+        ends = await real_end_offsets(partitions)
+        answered.append(time.time())
+        return ends
+
+    raw.end_offsets = slow_end_offsets  # type: ignore[method-assign]
+    await feed.start()
+    try:
+        assert answered and feed.spans.began_at >= answered[0]
+    finally:
+        await feed.stop()
