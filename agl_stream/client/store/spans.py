@@ -167,18 +167,23 @@ class SpanStore(StoreBase):
             attempts = list(await self.query_attempts(rollout_id))  # a rollout the view forgot: its attempts' history
         if attempt_id is not None:
             attempts = [a for a in attempts if a.attempt_id == attempt_id]
+            if not attempts:  # this client's view has not seen the attempt yet (it lags the state machine)
+                attempts = [Attempt(rollout_id=rollout_id, attempt_id=attempt_id)]
         deadline = time.monotonic() + self.consistency_timeout
         for attempt in attempts:
-            finished = attempt.status in FINISHED_BY_RUNNER
+            finished_here = attempt.status in FINISHED_BY_RUNNER
             own = self._writes.get(rollout_id, {}).get(attempt.attempt_id)
             delay = 0.05
             while True:
-                progress = await reader.attempt_progress(rollout_id, attempt.attempt_id) if finished else None
+                # A finished event already stored counts even where this client's view has not seen it yet (a
+                # reader told "succeeded" by another client): then its span count is waited for too.
+                progress = await reader.attempt_progress(rollout_id, attempt.attempt_id)
+                must_complete = finished_here or progress.expected is not None
                 missing = await reader.missing_span_ids(rollout_id, attempt.attempt_id, sorted(own.span_ids)) if own else set()
-                if (progress is None or progress.complete) and not missing:
+                if (not must_complete or progress.complete) and not missing:
                     break
                 if time.monotonic() > deadline:
-                    detail = f"{progress.stored} of {progress.expected} spans" if progress is not None else ""
+                    detail = f"{progress.stored} of {progress.expected} spans" if must_complete else ""
                     raise ConsistencyTimeout(
                         f"spans of attempt {attempt.attempt_id} (rollout {rollout_id}) not all stored within "
                         f"{self.consistency_timeout:.0f}s ({detail}{', ' if detail and missing else ''}"

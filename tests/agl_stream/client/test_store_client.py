@@ -107,3 +107,47 @@ async def test_a_new_attempt_of_a_rollout_whose_success_is_not_applied_yet_is_re
         await store.update_attempt(task.rollout_id, task.attempt.attempt_id, status="succeeded")
         with pytest.raises(UnsupportedOnStream, match="succeeded"):
             await store.start_attempt(task.rollout_id)
+
+
+class _SlowSinks:
+    """A span reader whose sinks stored the attempt's ``finished`` event (24 spans) but only some spans so far."""
+
+    def __init__(self) -> None:
+        self.stored = 0
+
+    async def attempt_progress(self, rollout_id, attempt_id):  # type: ignore[no-untyped-def]
+        from agl_stream.client.span_reader import AttemptProgress
+
+        self.stored = min(24, self.stored + 8)  # the sinks catch up while the reader waits
+        return AttemptProgress(expected=24, stored=self.stored)
+
+    async def missing_span_ids(self, rollout_id, attempt_id, span_ids):  # type: ignore[no-untyped-def]
+        return set()
+
+    async def read_spans(self, query):  # type: ignore[no-untyped-def]
+        from agl_stream.client.paging import PaginatedResult
+
+        return PaginatedResult([], query.limit, query.offset, self.stored)
+
+    async def count_spans(self) -> int:
+        return self.stored
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_read_waits_for_a_stored_finished_event_its_own_view_has_not_seen(topics: Settings) -> None:
+    """A reader told "succeeded" by another client asks a client whose view still shows the attempt running: the
+    finished event already stored in ClickHouse (its span count) is waited for all the same."""
+    from agl_stream.types import Attempt, Rollout
+
+    reader = _SlowSinks()
+    async with StoreClient(topics, span_reader=reader, consistency_timeout=10) as store:  # type: ignore[arg-type]
+        attempt = Attempt(rollout_id="ro-000000000lag", attempt_id="at-0000lag1", status="running")
+        store.view.apply(None, RolloutSnapshot(rollout=Rollout(rollout_id="ro-000000000lag", status="running"),
+                                               attempt=attempt, attempts=1, updated_at=1.0))  # fmt: skip
+        page = await store.query_spans("ro-000000000lag", "at-0000lag1")
+        assert reader.stored == 24 and page.total == 24
+        reader.stored = 0
+        unknown = await store.query_spans("ro-000000000lag", "at-0000lag9")  # an attempt the view has not seen at all
+        assert reader.stored == 24 and unknown.total == 24
