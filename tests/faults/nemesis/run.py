@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -496,7 +497,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                              "min(300, what --timeout leaves); it stops earlier once it trains nothing for 90 s)")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule for these targets and exit")
     parser.add_argument("--json", type=Path, default=None, help="write the schedule, what was applied and the audit here")
-    parser.add_argument("--data-dir", type=Path, default=None, help="keep the run's data and logs here (default: a temp dir)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep the run's data and logs here (default: a temp dir, removed if the run is clean)")
     parser.add_argument("--plot", type=Path, default=None, help="write the faults over throughput here (PNG)")
     return parser.parse_args(argv)
 
@@ -514,8 +516,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         result = asyncio.run(run(args, args.data_dir))
     else:
-        with tempfile.TemporaryDirectory(prefix="agl-nemesis-") as tmp:
-            result = asyncio.run(run(args, Path(tmp)))
+        tmp = Path(tempfile.mkdtemp(prefix="agl-nemesis-"))
+        result = asyncio.run(run(args, tmp))
+        if result["clean"]:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # the evidence of a run that found something is worth more than the disk it takes
+            print(f"the run is not clean: its data and logs are kept in {tmp}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str))
