@@ -68,7 +68,8 @@ class RolloutReads(StoreBase):
         # only what the filters can select is built: every filter narrows under "and", and so does a lone one
         narrowing = filter_logic == "and" or (ids is None) + (statuses is None) + (rollout_id_contains is None) >= 2
         items = self.view.rollouts(ids=ids if narrowing else None, statuses=statuses if narrowing else None)
-        if self.view.evicted:  # and what the view forgot, from the history (the view's copy wins: it is newer)
+        all_held = narrowing and ids is not None and all(self.view.knows(i) for i in ids)
+        if self.view.evicted and not all_held:  # and what the view forgot, from the history (the view's copy wins)
             older = await self._history().matching(statuses=statuses, rollout_ids=ids, id_contains=rollout_id_contains,
                                                    filter_logic=filter_logic)  # fmt: skip
             items += [r for r in older if not self.view.knows(r.rollout_id)]

@@ -122,7 +122,8 @@ async def test_a_store_client_answers_for_rollouts_its_view_forgot(topics: Setti
         assert [r.rollout_id for r in page] == [old.rollout_id, "ro-00000000fin1"]  # the held one and the forgotten one
         calls = history.calls
         assert (await store.get_rollout_by_id(live.rollout_id)).rollout_id == live.rollout_id  # type: ignore[union-attr]
-        assert history.calls == calls
+        assert [r.rollout_id for r in await store.query_rollouts(rollout_id_in=[live.rollout_id])] == [live.rollout_id]
+        assert history.calls == calls  # every id asked for is held: no history query
 
 
 @pytest.mark.integration
