@@ -330,7 +330,7 @@ def _add(a: LossTerms, b: LossTerms) -> LossTerms:
 
 def _micro_rows(policy: HFPolicy, batch: TrainBatch, rows: torch.Tensor) -> list[torch.Tensor]:
     width = batch.input_ids.shape[1]
-    per = max(1, policy.backend.micro_batch_tokens // max(width, 1))
+    per = max(1, policy.micro_batch_tokens // max(width, 1))
     return [rows[i : i + per] for i in range(0, len(rows), per)]
 
 

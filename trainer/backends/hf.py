@@ -34,12 +34,22 @@ class OptimConfig(BaseModel):
     max_grad_norm: float = Field(default=1.0, gt=0)
 
 
+#: padded tokens per micro batch when the config leaves it open. On CPU the fp32 activations kept for the backward
+#: pass cost about 1.6 MB per token for SmolLM2-135M, plus ~1.3 MB per response token for the logits (measured,
+#: docs/learning.md): 8,192 tokens of 1,000-token conversations took a 23 GB machine out of memory; 4,096 take ~10 GB
+GPU_MICRO_BATCH_TOKENS = 8192
+CPU_MICRO_BATCH_TOKENS = 4096
+
+
 class BackendConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     device: str = Field(default="auto", description="auto (cuda if present), cpu, cuda, cuda:N")
     autocast_bf16: Optional[bool] = Field(default=None, description="None: on for GPU, off for CPU")
     gradient_checkpointing: Optional[bool] = Field(default=None, description="None: on for GPU, off for CPU")
-    micro_batch_tokens: int = Field(default=8192, ge=1, description="padded tokens per forward/backward micro batch")
+    micro_batch_tokens: Optional[int] = Field(
+        default=None, ge=1, description=f"padded tokens per forward/backward micro batch; None: {GPU_MICRO_BATCH_TOKENS} on GPU, "
+        f"{CPU_MICRO_BATCH_TOKENS} on CPU",
+    )  # fmt: skip
 
 
 def unique_state_dict(model: Any) -> dict[str, torch.Tensor]:
@@ -87,6 +97,8 @@ class HFPolicy:
         self.device = resolve_device(self.backend.device)
         self.model = model.to(self.device)
         gpu = self.device.type == "cuda"
+        default_tokens = GPU_MICRO_BATCH_TOKENS if gpu else CPU_MICRO_BATCH_TOKENS
+        self.micro_batch_tokens = self.backend.micro_batch_tokens or default_tokens
         self.autocast = self.backend.autocast_bf16 if self.backend.autocast_bf16 is not None else gpu
         checkpointing = self.backend.gradient_checkpointing if self.backend.gradient_checkpointing is not None else gpu
         if checkpointing:
@@ -147,7 +159,7 @@ class HFPolicy:
     def micro_batches(self, batch: TrainBatch) -> Iterator[TrainBatch]:
         """Consecutive row slices holding at most ``micro_batch_tokens`` padded tokens (>= 1 row)."""
         width = batch.input_ids.shape[1]
-        rows = max(1, self.backend.micro_batch_tokens // max(width, 1))
+        rows = max(1, self.micro_batch_tokens // max(width, 1))
         for start in range(0, batch.num_sequences, rows):
             yield batch.select(list(range(start, min(start + rows, batch.num_sequences))))
 
