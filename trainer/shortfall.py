@@ -14,7 +14,8 @@ from agl_stream_trainer.batching import BatcherStats
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    suffix = "es" if word.endswith(("s", "sh", "ch", "x")) else "s"
+    return f"{n} {word}{'' if n == 1 else suffix}"
 
 
 def explain_shortfall(steps: int, asked: Optional[int], stop_reason: Optional[str], stats: BatcherStats) -> Optional[str]:

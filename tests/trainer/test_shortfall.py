@@ -28,3 +28,8 @@ def test_fewer_steps_than_asked_names_each_cause() -> None:
         "members after a timeout or the staleness bound); 3 rollouts failed (never trained) "
         "(stopped: time budget: 360s of training)")  # fmt: skip
     assert explain_shortfall(0, 4, None, BatcherStats()) == "0 learner steps of 4 asked: no training trajectory arrived"
+
+
+def test_the_batch_count_reads_as_english() -> None:
+    stats = BatcherStats(trained_groups=6, batches=3)
+    assert "3 batches formed" in (explain_shortfall(3, 6, "time budget", stats) or "")
