@@ -40,6 +40,13 @@ def run_name(task: str, mode: str, seed: int) -> str:
     return f"{task}-{mode}-seed{seed}"
 
 
+def parse_run_name(name: str) -> tuple[str, str, int]:
+    """``quiz3-trajectory-seed1`` -> ``("quiz3", "trajectory", 1)``: the inverse of :func:`run_name`."""
+    head, seed = name.rsplit("-seed", 1)
+    task, mode = head.rsplit("-", 1)
+    return task, mode, int(seed)
+
+
 def run_all(tasks: list[str], seeds: list[int], out: Path, work: Path, extra_env: dict[str, str]) -> int:
     """Each (task, seed, mode) once, in that order (the two modes of a seed back to back); a run already kept is skipped."""
     plan = [(task, seed, mode) for task in tasks for seed in seeds for mode in MODES]
@@ -85,13 +92,19 @@ def summarize_run(folder: Path) -> dict[str, Any]:
     steps = _steps(folder / "steps.jsonl")
     extra = [s.get("extra", {}) for s in steps]
     tokens, trajectories = sum(e.get("learner_tokens", 0) for e in extra), sum(e.get("trajectories", 0) for e in extra)
+    # the same trajectories at one row per call (recorded since the learner counts it): merging's saving, unconfounded
+    # by the two runs' different rollouts
+    call_rows = sum(e["call_row_tokens"] for e in extra) if extra and all("call_row_tokens" in e for e in extra) else None
     calls, merged = sum(e.get("calls", 0) for e in extra), sum(e.get("merged_calls", 0) for e in extra)
     seconds = [e["step_seconds"] for e in extra if "step_seconds" in e]
     before, after = report.get("val_before", {}), report.get("val_after", {})
     gain = report.get("validation_reward", {})  # the mean reward: the fraction of questions right
+    task, mode, _ = parse_run_name(folder.name)  # the folder's name where the report predates its task and mode keys
     return {
-        "run": folder.name, "task": report.get("task"), "aggregation": report.get("aggregation"), "steps": report.get("steps"),
+        "run": folder.name, "task": report.get("task", task), "aggregation": report.get("aggregation", mode), "steps": report.get("steps"),
         "learner_tokens_per_trajectory": tokens / trajectories if trajectories else None,
+        "tokens_of_one_row_per_call": call_rows / trajectories if call_rows and trajectories else None,
+        "tokens_vs_one_row_per_call": tokens / call_rows if call_rows else None,
         "median_learner_seconds_per_step": statistics.median(seconds) if seconds else None,
         "learner_seconds": sum(seconds), "merge_rate": merged / calls if calls else None, "calls": calls,
         "calls_per_trajectory": calls / trajectories if trajectories else None,
@@ -117,6 +130,7 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"task": task, "seed": int(seed), "n_items": diff.n, "gain_transition": diff.mean_before,
                     "gain_trajectory": diff.mean_after, "difference": diff.mean_diff, "difference_ci": [diff.ci_low, diff.ci_high],
                     "tokens_ratio": trajectory["learner_tokens_per_trajectory"] / transition["learner_tokens_per_trajectory"],
+                    "tokens_ratio_same_trajectories": trajectory["tokens_vs_one_row_per_call"],
                     "seconds_ratio": trajectory["median_learner_seconds_per_step"] / transition["median_learner_seconds_per_step"]})  # fmt: skip
     return out
 
@@ -125,19 +139,21 @@ def table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
     def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    lines = ["| run | steps | tokens / trajectory | median s / step | merge rate | held-out before -> after | gain [95% CI] |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| run | steps | tokens / trajectory | same trajectories, one row per call | median s / step | merge rate | "
+             "prefix breaks | held-out before -> after | gain [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| {r['run']} | {r['steps']} | {num(r['learner_tokens_per_trajectory'], '.0f')} | "
-                     f"{num(r['median_learner_seconds_per_step'], '.1f')} | {num(r['merge_rate'], '.2f')} | "
+                     f"{num(r['tokens_of_one_row_per_call'], '.0f')} | "
+                     f"{num(r['median_learner_seconds_per_step'], '.1f')} | {num(r['merge_rate'], '.2f')} | {r['prefix_breaks']:.0f} | "
                      f"{num(r['accuracy_before'], '.3f')} -> {num(r['accuracy_after'], '.3f')} | {num(r['gain'], '+.3f')} "
                      f"[{num(r['gain_ci'][0], '+.3f')}, {num(r['gain_ci'][1], '+.3f')}] |")  # fmt: skip
-    lines += ["", "| task | seed | gain transition | gain trajectory | difference [95% CI] | tokens ratio | s/step ratio |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| task | seed | gain transition | gain trajectory | difference [95% CI] | tokens ratio | tokens ratio, same "
+              "trajectories | s/step ratio |", "|---|---|---|---|---|---|---|---|"]
     for c in comparisons:
         lines.append(f"| {c['task']} | {c['seed']} | {c['gain_transition']:+.3f} | {c['gain_trajectory']:+.3f} | "
                      f"{c['difference']:+.3f} [{c['difference_ci'][0]:+.3f}, {c['difference_ci'][1]:+.3f}] | "
-                     f"{c['tokens_ratio']:.2f} | {c['seconds_ratio']:.2f} |")  # fmt: skip
+                     f"{c['tokens_ratio']:.2f} | {num(c['tokens_ratio_same_trajectories'], '.2f')} | {c['seconds_ratio']:.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -271,6 +271,10 @@ def main() -> int:
     report = trainer.fit(agent, train, val)
     report.update(task=task, aggregation=aggregation)
     elapsed = time.monotonic() - started
+    kept = data_dir / "run" / "report.json"  # the run's record says which task and mode it was (the study reads it)
+    if kept.exists():
+        kept.write_text(json.dumps({**json.loads(kept.read_text()), "task": task, "aggregation": aggregation, "seed": seed,
+                                    "wall_seconds": round(elapsed, 1)}, indent=2))  # fmt: skip
 
     present(settings, report, ROOT / "reports" / "demo.png", elapsed)
     return 0

@@ -230,6 +230,7 @@ class Learner:
             "prefix_breaks": float(len(merges.breaks)),
             "length_cuts": float(merges.cuts),
             "learner_tokens": float(stats.num_tokens),
+            "call_row_tokens": float(merges.call_tokens),  # the same trajectories at one row per call (transition)
             "trajectories": float(len(batch.trajectories)),  # learner_tokens / trajectories: what a rollout costs it
         })
         return StepMetrics(

@@ -49,6 +49,9 @@ class MergeStats:
     breaks: list[PrefixBreak] = field(default_factory=list)
     cuts: int = 0  #: calls that extended the prefix but started a new row at the length limit
     rows: int = 0
+    #: the tokens (prompt + response, after the length cuts) these calls take as one row each, as ``transition``
+    #: trains them: beside the learner's tokens, what merging saved on the same trajectories
+    call_tokens: int = 0
 
     @property
     def merge_rate(self) -> float:
@@ -61,6 +64,7 @@ class MergeStats:
         self.breaks.extend(other.breaks)
         self.cuts += other.cuts
         self.rows += other.rows
+        self.call_tokens += other.call_tokens
 
 
 @dataclass
@@ -121,6 +125,8 @@ def segments(
             continue
         index, stats.calls = stats.calls, stats.calls + 1
         prompt = triplet.prompt_token_ids
+        alone = _call_segment(triplet, max_prompt_length, max_response_length)  # the call's row, unless it merges
+        stats.call_tokens += len(alone.prompt_ids) + len(alone.response_ids)
         joined = False
         if aggregation == "trajectory" and previous is not None and rows:
             differs = first_difference(prompt, previous)
@@ -133,7 +139,7 @@ def segments(
                 else:
                     stats.cuts += 1
         if not joined:
-            rows.append(_call_segment(triplet, max_prompt_length, max_response_length))
+            rows.append(alone)
         previous = prompt + response
     stats.rows = len(rows)
     return rows, stats

@@ -45,6 +45,14 @@ def test_transition_keeps_one_row_per_call() -> None:
     assert stats.merged == 0 and stats.breaks == [] and stats.merge_rate == 0.0
 
 
+def test_both_modes_count_what_the_calls_cost_as_one_row_each() -> None:
+    """``call_tokens``: 5 + 8 + 11 tokens as three rows; the merged row holds 3 + 8 of them."""
+    [row], merged = segments(three_turns(), "trajectory")
+    rows, alone = segments(three_turns(), "transition")
+    assert merged.call_tokens == alone.call_tokens == sum(len(r.prompt_ids) + len(r.response_ids) for r in rows) == 24
+    assert len(row.prompt_ids) + len(row.response_ids) == 11
+
+
 def test_a_prompt_that_rewrites_history_starts_a_new_row_and_is_counted_with_its_first_differing_position() -> None:
     first, second, _ = three_turns()
     rewritten = call(SYSTEM + [10, 77, 90, 91], [12])  # the template re-rendered the agent's answer
