@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     comparisons = compare(runs)
     (args.out / "summary.json").write_text(json.dumps({"runs": runs, "comparisons": comparisons}, indent=2))
-    console.print(table(runs, comparisons))
+    text = table(runs, comparisons)
+    (args.out / "table.md").write_text(text + "\n")  # what docs/learning.md shows
+    console.print(text)
     if args.png:
         plot(runs, args.png)
     return 0

@@ -40,3 +40,25 @@ def test_the_report_pairs_the_modes_of_a_seed_item_by_item(tmp_path: Path) -> No
     assert main(["report", "--out", str(tmp_path), "--png", str(tmp_path / "plot.png")]) == 0
     assert (tmp_path / "plot.png").stat().st_size > 0
     assert len(json.loads((tmp_path / "summary.json").read_text())["comparisons"]) == 1
+    assert "quiz3-trajectory-seed1" in (tmp_path / "table.md").read_text()
+
+
+def test_the_same_trajectories_ratio_and_a_report_without_its_task_and_mode(tmp_path: Path) -> None:
+    """``call_row_tokens`` (what the rollouts would cost at one row per call) gives the unconfounded ratio; a report
+    written before the demo kept its task and mode is read by its folder's name."""
+    before = [0.0, 1 / 3]
+    _run(tmp_path, "quiz3-transition-seed2", "transition", before, [1 / 3, 1 / 3], 8 * 900, [30], 0)
+    _run(tmp_path, "quiz3-trajectory-seed2", "trajectory", before, [1 / 3, 2 / 3], 8 * 300, [10], 32)
+    folder = tmp_path / "quiz3-trajectory-seed2"
+    report = json.loads((folder / "report.json").read_text())
+    del report["task"], report["aggregation"]
+    (folder / "report.json").write_text(json.dumps(report))
+    steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    steps[0]["extra"]["call_row_tokens"] = 8 * 1000
+    (folder / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    runs = [summarize_run(f) for f in sorted(tmp_path.iterdir())]
+    trajectory = next(r for r in runs if r["run"] == "quiz3-trajectory-seed2")
+    assert (trajectory["task"], trajectory["aggregation"]) == ("quiz3", "trajectory")
+    assert trajectory["tokens_of_one_row_per_call"] == 1000 and trajectory["tokens_vs_one_row_per_call"] == pytest.approx(0.3)
+    (pair,) = compare(runs)
+    assert pair["tokens_ratio_same_trajectories"] == pytest.approx(0.3) and pair["tokens_ratio"] == pytest.approx(1 / 3)
