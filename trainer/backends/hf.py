@@ -36,7 +36,8 @@ class OptimConfig(BaseModel):
 
 #: padded tokens per micro batch when the config leaves it open. On CPU the fp32 activations kept for the backward
 #: pass cost about 1.6 MB per token for SmolLM2-135M, plus ~1.3 MB per response token for the logits (measured,
-#: docs/learning.md): 8,192-token micro batches of the quiz's rows took a 23 GB machine out of memory; 4,096 peak at ~14-16 GB
+#: docs/learning.md): 8,192-token micro batches of the quiz's rows took a 23 GB machine out of memory; with 4,096 the
+#: demo's whole process (learner, engine, runner threads) peaked at 14-21 GB
 GPU_MICRO_BATCH_TOKENS = 8192
 CPU_MICRO_BATCH_TOKENS = 4096
 
