@@ -23,7 +23,7 @@ Environment knobs: ``AGL_DEMO_STEPS`` (default 6), ``AGL_DEMO_TRAIN_SECONDS`` (3
 the training loop), ``AGL_DEMO_SEED`` (0), ``AGL_DEMO_MODEL``
 (``smollm2`` or ``tiny``), ``AGL_DEMO_VAL`` (validation questions, 64), ``AGL_DEMO_EVAL_SAMPLES`` (2),
 ``AGL_DEMO_TASK`` (``calc``; ``quiz3``: three questions per conversation) and ``AGL_DEMO_AGGREGATION``
-(``transition``: a learner row per LLM call; ``trajectory``: per attempt's merged calls).
+(``trajectory``: a learner row per attempt's merged calls; ``transition``: per LLM call).
 """
 
 from __future__ import annotations
@@ -61,13 +61,13 @@ TASKS: dict[str, tuple[str, str]] = {
     "calc": (AGENT, "questions"),
     "quiz3": ("examples.calc_agent.quiz:calc_quiz_agent", "quizzes of 3 questions"),
 }
-AGGREGATIONS = ("transition", "trajectory")
+AGGREGATIONS = ("trajectory", "transition")
 
 
 def demo_task(n_val: int) -> tuple[str, str, str, list[dict[str, Any]], list[dict[str, Any]]]:
-    """``AGL_DEMO_TASK`` (``calc``) and ``AGL_DEMO_AGGREGATION`` (``transition``): the task's name, the learner's
+    """``AGL_DEMO_TASK`` (``calc``) and ``AGL_DEMO_AGGREGATION`` (``trajectory``): the task's name, the learner's
     row making, the agent, and its training and held-out items."""
-    task, aggregation = os.environ.get("AGL_DEMO_TASK", "calc"), os.environ.get("AGL_DEMO_AGGREGATION", "transition")
+    task, aggregation = os.environ.get("AGL_DEMO_TASK", "calc"), os.environ.get("AGL_DEMO_AGGREGATION", "trajectory")
     if task not in TASKS:
         raise SystemExit(f"AGL_DEMO_TASK={task!r}: choose one of {', '.join(TASKS)}")
     if aggregation not in AGGREGATIONS:
@@ -84,7 +84,7 @@ def demo_task(n_val: int) -> tuple[str, str, str, list[dict[str, Any]], list[dic
 
 
 def trainer_config(steps: int, model: str, seed: int, train_seconds: float | None = None,
-                   aggregation: str = "transition") -> dict[str, Any]:  # fmt: skip
+                   aggregation: str = "trajectory") -> dict[str, Any]:  # fmt: skip
     return {
         "run_id": "demo",
         "model": model,
@@ -93,7 +93,7 @@ def trainer_config(steps: int, model: str, seed: int, train_seconds: float | Non
         # dynamic sampling (the default for GRPO): groups whose answers were all right or all wrong are
         # left out and the batch waits for groups that carry signal
         "batcher": {"group_size": 4, "batch_groups": 2, "group_timeout_s": 120, "min_group_size": 2, "max_staleness": 2},
-        # aggregation: a row per LLM call (transition) or per attempt's merged calls (trajectory, docs/train-your-agent.md)
+        # aggregation: a row per attempt's merged calls (trajectory) or per LLM call (transition, docs/train-your-agent.md)
         "algorithm": {"estimator": "grpo", "loss_agg_mode": "token-mean", "tis_cap": 2.0, "kl_coef": 0.0, "seed": seed,
                       "aggregation": aggregation},
         "optim": {"lr": 2e-5, "max_grad_norm": 1.0},

@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, Optional
 
+from agl_stream_trainer.algorithms.aggregation import DEFAULT_AGGREGATION
+
 logger = logging.getLogger(__name__)
 
 
@@ -178,7 +180,9 @@ def _build(values: dict[str, Any], gpu: Optional[bool]) -> tuple[dict[str, Any],
                           "filter_metric", "max_num_gen_batches", "trajectory_max_prompt_length",
                           "trajectory_max_response_length", "policy_loss_mode"):  # fmt: skip
             _set(trainer, path, value)
-    if values.get("algorithm.aggregation") == "trajectory":  # upstream's trajectory rows use these limits instead
+    # upstream's trajectory rows use these limits instead, whether the level is given or ours by default (trajectory,
+    # as v1.0's; 0.3.0's default was transition: a 0.3.0 config that wants one row per call says `level: transition`)
+    if values.get("algorithm.aggregation", DEFAULT_AGGREGATION) == "trajectory":
         for key, path in (("trajectory_max_prompt_length", "algorithm.max_prompt_length"),
                           ("trajectory_max_response_length", "algorithm.max_response_length")):  # fmt: skip
             if values.get(key) is not None:

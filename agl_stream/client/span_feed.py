@@ -40,13 +40,18 @@ logger = logging.getLogger(__name__)
 
 class SpanFeed:
     def __init__(self, settings: Settings, *, max_bytes: int = 256 * 1024 * 1024, max_rollouts: int = 100_000,
-                 margin: float = COVERAGE_MARGIN_S, poll_timeout: float = 0.2) -> None:  # fmt: skip
+                 margin: float = COVERAGE_MARGIN_S, poll_timeout: float = 0.2,
+                 fetch_max_wait_ms: int = LOW_LATENCY_FETCH_WAIT_MS) -> None:  # fmt: skip
         self.settings = settings
         self.topic = settings.topic("spans")
         self.spans = RecentSpans(time.time(), max_bytes=max_bytes, max_rollouts=max_rollouts, margin=margin)
         self.poll_timeout = poll_timeout
         self._consumer = RecordConsumer(settings, [self.topic], group_id=None, auto_offset_reset="none",
-                                        fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
+                                        fetch_max_wait_ms=fetch_max_wait_ms)  # fmt: skip
+        # the end offsets a query waits for come over a connection of their own: a broker answers one request per
+        # connection at a time, so on the feed's connection a ListOffsets queued behind a fetch waiting for data
+        # (up to fetch_max_wait_ms) and every query paid that wait (82 ms a query_spans on upstream's benchmark)
+        self._offsets = RecordConsumer(settings, [], group_id=None)
         self._read_to: dict[TopicPartition, int] = {}  # per partition: the next offset to read
         self._progress = asyncio.Condition()
         self._task: Optional[asyncio.Task[None]] = None
@@ -58,6 +63,8 @@ class SpanFeed:
         if self._task is not None:
             return self
         await self._consumer.start()
+        await self._offsets.start()
+        await self._offsets.raw._client.add_topic(self.topic)  # noqa: SLF001 - its leaders, for ListOffsets
         await self._read_from_now()
         self._task = asyncio.create_task(self._follow(), name=f"span-feed-{self.topic}")
         return self
@@ -70,7 +77,10 @@ class SpanFeed:
                 await task
             except asyncio.CancelledError:
                 pass
-        await self._consumer.stop(commit=False)
+        try:
+            await self._consumer.stop(commit=False)
+        finally:
+            await self._offsets.stop(commit=False)
 
     async def _read_from_now(self) -> None:
         """Every partition from its end, and the coverage from the moment the ends are known: a rollout enqueued
@@ -141,7 +151,6 @@ class SpanFeed:
     async def caught_up_to_now(self, timeout: float) -> bool:
         """Wait until everything acknowledged on ``agl.spans`` before this call is read; False when not in time (or
         while the feed does not read every partition of the topic)."""
-        raw = self._consumer.raw
         missing = self._missing_partitions()
         if missing:
             if not self._said_missing:  # once per episode, not once per query
@@ -150,7 +159,7 @@ class SpanFeed:
             return False
         self._said_missing = False
         try:
-            ends = await asyncio.wait_for(raw.end_offsets(list(self._read_to)), timeout)
+            ends = await asyncio.wait_for(self._offsets.raw.end_offsets(list(self._read_to)), timeout)
         except Exception as exc:  # noqa: BLE001 - the caller falls back to ClickHouse, and says why in the log
             logger.warning("%s: end offsets unavailable (%r)", self.topic, exc)
             return False

@@ -110,7 +110,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for r in runs:
         for key, seconds in r["cpu_s"]["by_process"].items():
             per_process.setdefault(key, []).append(1000 * seconds / r["verified"])
+    idle: dict[str, list[float]] = {}
+    for r in runs:
+        for key, share in (r.get("idle_cpu_s_per_s") or {}).items():
+            idle.setdefault(key, []).append(share)
     return {
+        **({"idle_cpu_s_per_s_by_process": {key: round(statistics.median(v), 4) for key, v in idle.items()}} if idle else {}),
         "runs": len(runs),
         "rollouts_per_s": spread([r["rollouts_per_s"] for r in runs]),
         "server_cpu_ms_per_rollout": spread([1000 * r["cpu_s"]["server"] / r["verified"] for r in runs]),
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None,
                         help="py-spy every server process for each run, stacks and summaries under this folder "
                              "(profiled runs cost py-spy's CPU too: measure without it)")
+    parser.add_argument("--idle", type=float, default=0,
+                        help="first measure each side's server CPU for this many seconds with nothing asked of it")
     args = parser.parse_args(argv)
     if not args.benchmark.is_file():
         parser.error(f"--benchmark {args.benchmark}: no such file")

@@ -134,6 +134,17 @@ def cpu_by_side(sampler: ProcessSampler) -> dict[str, Any]:
     return sides
 
 
+def idle_cpu(args: argparse.Namespace, sampler: ProcessSampler) -> dict[str, float] | None:
+    """``--idle SECONDS``: the server's CPU per second of wall time while nothing is asked of it (the fixed cost a
+    rollout pays its share of at any throughput), per ``role/name``; measured before the workload."""
+    seconds = float(getattr(args, "idle", 0) or 0)
+    if seconds <= 0:
+        return None
+    sampler.mark()
+    time.sleep(seconds)
+    return {key: round(cpu / seconds, 4) for key, cpu in sorted(sampler.cpu_since().items(), key=lambda kv: -kv[1])}
+
+
 def _profiler(args: argparse.Namespace, system: str, work: Path) -> "SpyTrees | None":
     """py-spy on the server's processes for the run (``--profile DIR``; profiled runs are not measured runs: py-spy
     takes CPU of its own), the stacks under ``DIR/<system>-<n>/``."""
@@ -162,6 +173,7 @@ async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workloa
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, front)
         sampler.watch("front_door", front.pid)
+        idle = idle_cpu(args, sampler)
         spies = _profiler(args, "agl-stream", work)
         if spies is not None:
             spies.attach("front_door", front.pid)
@@ -172,6 +184,8 @@ async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workloa
         finally:
             profile = spies.stop() if spies is not None else None
         result["cpu_s"] = cpu_by_side(sampler)
+        if idle is not None:
+            result["idle_cpu_s_per_s"] = idle
         if profile is not None:
             result["profile"] = profile
         result["front_door_routes"] = route_latency(url)
@@ -195,6 +209,7 @@ def run_upstream(args: argparse.Namespace, work: Path, workload: Workload = run_
     try:
         wait_healthy(url, store)
         sampler.watch("upstream_store", store.pid)
+        idle = idle_cpu(args, sampler)
         spies = _profiler(args, "upstream", work)
         if spies is not None:
             spies.attach("upstream_store", store.pid)
@@ -204,6 +219,8 @@ def run_upstream(args: argparse.Namespace, work: Path, workload: Workload = run_
         finally:
             profile = spies.stop() if spies is not None else None
         result["cpu_s"] = cpu_by_side(sampler)
+        if idle is not None:
+            result["idle_cpu_s_per_s"] = idle
         if profile is not None:
             result["profile"] = profile
         return result

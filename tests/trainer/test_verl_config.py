@@ -123,6 +123,22 @@ def test_trace_aggregation_keys_of_0_3_and_1_0_map_and_the_rest_are_refused_by_n
         assert key in str(err.value)
 
 
+def test_without_a_level_the_rows_are_trajectories_and_their_limits_apply() -> None:
+    from agl_stream_trainer.config import TrainerConfig
+
+    config = copy.deepcopy(CALC_X)
+    config.pop("agentlightning", None)
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert algorithm.aggregation == "trajectory"  # ours and v1.0's default (0.3.0's was transition)
+    assert (algorithm.max_prompt_length, algorithm.max_response_length) == (4096, 2048)  # data.*
+    config["agentlightning"] = {"trace_aggregator": {"trajectory_max_response_length": 8192}}
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert (algorithm.aggregation, algorithm.max_response_length) == ("trajectory", 8192)
+    config["agentlightning"]["trace_aggregator"]["level"] = "transition"  # per-call rows keep data.*'s limits
+    algorithm = TrainerConfig.model_validate(map_verl_config(config, gpu=False)[0]).algorithm
+    assert (algorithm.aggregation, algorithm.max_response_length) == ("transition", 2048)
+
+
 def test_verl_returns_the_rl_algorithm_with_options() -> None:
     import agl_stream as agl
 

@@ -45,12 +45,12 @@ from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 
-from agl_stream_trainer.algorithms.aggregation import Aggregation
+from agl_stream_trainer.algorithms.aggregation import DEFAULT_AGGREGATION, Aggregation
 from agl_stream_trainer.algorithms.batch import RewardAssignment, TrainBatch
 from agl_stream_trainer.backends.hf import HFPolicy
 
@@ -76,12 +76,20 @@ class GRPOConfig(BaseModel):
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batches: int = Field(default=1, ge=1, description="optimizer steps per epoch over the batch")
     reward_assignment: RewardAssignment = "identical"
-    aggregation: Aggregation = Field(default="transition", description="a row per call, or per attempt's merged calls")
+    aggregation: Aggregation = Field(default=DEFAULT_AGGREGATION, description="a row per attempt's merged calls, or per call")
     rollout_advantage: Optional[bool] = Field(
         default=None, description="score each rollout once, however many rows it has (None: with trajectory aggregation)")
     max_prompt_length: Optional[int] = Field(default=None, ge=1)
     max_response_length: Optional[int] = Field(default=None, ge=1)
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _per_call_rewards_keep_per_call_rows(self) -> "GRPOConfig":
+        """``reward_assignment: per_step`` keeps each call's own reward, which needs one row per call: where the
+        aggregation is not given it is ``transition`` (given as ``trajectory``, the batch refuses it by name)."""
+        if self.reward_assignment == "per_step" and "aggregation" not in self.model_fields_set:
+            self.aggregation = "transition"
+        return self
 
     def actor_config(self) -> ActorConfig:
         """The verl actor config the policy-loss function reads (clip ratios, dual clip, aggregation)."""

@@ -123,3 +123,11 @@ def test_rollout_mean_weights_give_each_rollout_the_same_total() -> None:
     assert float(weights[0].sum()) == pytest.approx(0.5)  # ro-1: one row
     assert float(weights[1:].sum()) == pytest.approx(0.5)  # ro-2: two rows, 5 tokens, 0.1 each
     assert torch.all(weights[batch.response_mask == 0] == 0)
+
+
+def test_the_default_is_trajectory_and_per_step_rewards_keep_a_row_per_call() -> None:
+    assert GRPOConfig().aggregation == "trajectory"
+    assert GRPOConfig(reward_assignment="per_step").aggregation == "transition"  # each call's own reward
+    assert GRPOConfig(reward_assignment="per_step", aggregation="transition").aggregation == "transition"
+    # asked for both, the batch refuses it by name
+    assert GRPOConfig(reward_assignment="per_step", aggregation="trajectory").aggregation == "trajectory"
