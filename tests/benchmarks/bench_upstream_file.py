@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,15 @@ def benchmark_command(module: str, url: str, workload: dict[str, Any]) -> list[s
     return cmd
 
 
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of the benchmark's process group (its runners, after it failed or was stopped)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def file_workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The workload callable the two sides run: upstream's file against ``url``."""
 
@@ -81,14 +91,15 @@ def file_workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             env = {**os.environ, **UPSTREAM_ENV, "GITHUB_ACTIONS_TIMEOUT_MINUTES": str(int(args.timeout // 60) + 11)}
             started = time.monotonic()
             with log.open("wb") as out:
-                proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+                # its own process group: the file starts its runners as child processes, which must not outlive it
+                proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                 sampler.watch("client", proc.pid)
                 try:
                     code = proc.wait(timeout=args.timeout)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
                     raise RuntimeError(f"upstream's benchmark did not finish within {args.timeout:.0f}s; see {log}") from None
+                finally:
+                    _stop_group(proc)
             seconds = time.monotonic() - started
         if code != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
