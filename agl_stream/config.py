@@ -49,6 +49,12 @@ class Settings(BaseModel):
     kafka_ssl_keyfile: Optional[Path] = Field(default=None, description="client key for SSL")
     kafka_client_id: str = Field(default="agl-stream", description="client id the brokers see")
     kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000, description="consumer group session timeout")
+    # How long a fetch on a hop something waits on (a rollout's status, a dequeue, an attempt's triplets) may
+    # wait at the broker. Apache Kafka answers a waiting fetch as soon as a record arrives, so the wait only
+    # sets how often an idle consumer asks again; Tansu answers only when it runs out (agl_stream.kafka.hop_fetch_wait_ms).
+    kafka_hop_fetch_wait_ms: Optional[int] = Field(
+        default=None, ge=10, le=30_000, description="latency-critical consumers' fetch wait; unset = 500 (Kafka), 100 (Tansu)"
+    )
     kafka_compression: Optional[Literal["gzip", "snappy", "lz4", "zstd"]] = Field(
         default=None, description="producers' compression; unset = none"
     )

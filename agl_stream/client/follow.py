@@ -33,17 +33,16 @@ class TopicFollower(Generic[M]):
         *,
         bootstrap: Optional[str] = None,
         poll_timeout: float = 0.2,
-        fetch_max_wait_ms: Optional[int] = None,
+        latency_critical: bool = False,
     ) -> None:
-        """``fetch_max_wait_ms``: for a follower someone waits on (read-your-writes), e.g.
-        ``LOW_LATENCY_FETCH_WAIT_MS``; None keeps the client's default."""
+        """``latency_critical``: a follower someone waits on (read-your-writes); see :class:`RecordConsumer`."""
         self.settings = settings
         self.topic = settings.topic(short_name)
         self.model = model
         self.on_record = on_record
         self.poll_timeout = poll_timeout
-        extra = {} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms}
-        self._consumer = RecordConsumer(settings, [self.topic], group_id=None, bootstrap=bootstrap, **extra)
+        self._consumer = RecordConsumer(settings, [self.topic], group_id=None, bootstrap=bootstrap,
+                                        latency_critical=latency_critical)  # fmt: skip
         self._task: Optional[asyncio.Task[None]] = None
         self._changed = asyncio.Condition()
         self._caught_up = asyncio.Event()

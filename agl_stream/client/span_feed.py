@@ -33,7 +33,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from agl_stream.client.recent_spans import COVERAGE_MARGIN_S, RecentSpans
 from agl_stream.config import Settings
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer
+from agl_stream.kafka import RecordConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +41,14 @@ logger = logging.getLogger(__name__)
 class SpanFeed:
     def __init__(self, settings: Settings, *, max_bytes: int = 256 * 1024 * 1024, max_rollouts: int = 100_000,
                  margin: float = COVERAGE_MARGIN_S, poll_timeout: float = 0.2,
-                 fetch_max_wait_ms: int = LOW_LATENCY_FETCH_WAIT_MS) -> None:  # fmt: skip
+                 fetch_max_wait_ms: Optional[int] = None) -> None:  # fmt: skip
+        """``fetch_max_wait_ms``: None, the broker's wait for a hop something waits on (a query waits for the feed)."""
         self.settings = settings
         self.topic = settings.topic("spans")
         self.spans = RecentSpans(time.time(), max_bytes=max_bytes, max_rollouts=max_rollouts, margin=margin)
         self.poll_timeout = poll_timeout
-        self._consumer = RecordConsumer(settings, [self.topic], group_id=None, auto_offset_reset="none",
-                                        fetch_max_wait_ms=fetch_max_wait_ms)  # fmt: skip
+        wait = {"latency_critical": True} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms}
+        self._consumer = RecordConsumer(settings, [self.topic], group_id=None, auto_offset_reset="none", **wait)
         # the end offsets a query waits for come over a connection of their own: a broker answers one request per
         # connection at a time, so on the feed's connection a ListOffsets queued behind a fetch waiting for data
         # (up to fetch_max_wait_ms) and every query paid that wait (82 ms a query_spans on upstream's benchmark)

@@ -38,7 +38,7 @@ from agl_stream.client.store.spans import AttemptWrites, SpanStore
 from agl_stream.client.store.workers import WorkerStore
 from agl_stream.client.task_queue import TaskQueue
 from agl_stream.config import Settings
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, RecordProducer
+from agl_stream.kafka import RecordProducer
 from agl_stream.types import EnqueueRolloutRequest, RolloutSnapshot, Worker
 
 __all__ = ["CONTROL_HEADER", "FINISHED_BY_RUNNER", "TRACER_NAME", "WATCHDOG_STATUSES", "EnqueueRolloutRequest", "StoreClient"]
@@ -75,7 +75,7 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         self.view = RolloutView(max_finished=settings.store_recent_rollouts or None, on_evict=self._forget)
         # writes wait for the state machine's answer on agl.rollouts (read-your-writes): a latency-critical hop
         self._rollouts = TopicFollower(settings, "rollouts", RolloutSnapshot, self.view.apply, bootstrap=bootstrap,
-                                       fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
+                                       latency_critical=True)  # fmt: skip
         self._workers: dict[str, Worker] = {}
         self._workers_follower: Optional[TopicFollower[Worker]] = None
         self._span_reader = span_reader

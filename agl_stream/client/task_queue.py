@@ -21,7 +21,6 @@ from typing import Optional
 
 from agl_stream.config import Settings
 from agl_stream.kafka import DeadLetterWriter, Decoded, RecordConsumer, RecordProducer
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream.kafka.claim import claim_record, is_preclaimed
 from agl_stream.types import AttemptedRollout, AttemptEvent
 
@@ -123,7 +122,7 @@ class TaskQueue:
             self._consumer = RecordConsumer(
                 self.settings, [self.settings.topic("tasks")], self.group_id, self.bootstrap,
                 max_poll_interval_ms=max(300_000, int(self.idle_seconds * 2000)),
-                fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # a dequeue waits on it
+                latency_critical=True,  # a dequeue waits on it
                 claims=True,
             )  # fmt: skip
             await self._consumer.start()

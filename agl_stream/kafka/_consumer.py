@@ -21,6 +21,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 from pydantic import BaseModel
 
 from agl_stream.config import Settings
+from agl_stream.kafka._flavour import hop_fetch_wait_ms
 from agl_stream.kafka._offsets import OffsetTracker
 from agl_stream.kafka._options import connection_options
 from agl_stream.kafka._producer import start_with_retry
@@ -132,11 +133,16 @@ class RecordConsumer:
         max_poll_records: int = 1000,
         start_timeout: float = 30.0,
         claims: bool = False,
+        latency_critical: bool = False,
         **kwargs: Any,
     ) -> None:
         """``claims``: records are claimed (:mod:`agl_stream.kafka.claim`, the runners' group): commits carry
-        the metadata that settles a claim in doubt (:meth:`claim_landed`), and each tenure notes where it began."""
+        the metadata that settles a claim in doubt (:meth:`claim_landed`), and each tenure notes where it began.
+        ``latency_critical``: something waits on what this consumer reads; its fetch wait is the broker's
+        (:func:`~agl_stream.kafka.hop_fetch_wait_ms`, asked at :meth:`start`) instead of ``fetch_max_wait_ms``."""
         self.settings = settings
+        self.bootstrap = bootstrap
+        self.latency_critical = latency_critical
         self.topics = list(topics)
         self.group_id = group_id
         self.start_timeout = start_timeout
@@ -174,9 +180,17 @@ class RecordConsumer:
     def raw(self) -> AIOKafkaConsumer:
         return self._consumer
 
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        """How long a fetch waits at the broker for records (a latency-critical one: as resolved at start)."""
+        wait: int = self._consumer._fetch_max_wait_ms  # noqa: SLF001 - aiokafka keeps no public accessor
+        return wait
+
     async def start(self) -> "RecordConsumer":
         if self._started:
             return self
+        if self.latency_critical:  # read by the fetcher aiokafka builds in start()
+            self._consumer._fetch_max_wait_ms = await hop_fetch_wait_ms(self.settings, self.bootstrap)  # noqa: SLF001
         if self.group_id is not None:
             self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
         await start_with_retry(self._consumer, f"consumer {self.group_id or ''}", self.start_timeout)

@@ -7,14 +7,19 @@ run only where :func:`is_tansu` says so; everywhere else the broker's own answer
 
 from __future__ import annotations
 
+from typing import Optional
+
 from aiokafka.admin import AIOKafkaAdminClient
 
 from agl_stream.config import Settings
-from agl_stream.kafka._options import connection_options
+from agl_stream.kafka._options import KAFKA_HOP_FETCH_WAIT_MS, LOW_LATENCY_FETCH_WAIT_MS, connection_options
 from agl_stream.kafka._producer import start_with_retry
 
 #: Tansu's cluster id unless started with another one (``agl_stream.broker`` starts it with its default)
 TANSU_CLUSTER_ID = "tansu_cluster"
+
+#: per bootstrap: whether it is Tansu (a broker does not change kind under one address)
+_kinds: dict[str, bool] = {}
 
 
 async def is_tansu(settings: Settings, timeout: float = 30.0) -> bool:
@@ -26,3 +31,18 @@ async def is_tansu(settings: Settings, timeout: float = 30.0) -> bool:
     finally:
         await admin.close()
     return cluster.get("cluster_id") == TANSU_CLUSTER_ID
+
+
+async def hop_fetch_wait_ms(settings: Settings, bootstrap: Optional[str] = None) -> int:
+    """``fetch_max_wait_ms`` for a consumer something waits on: ``AGL_KAFKA_HOP_FETCH_WAIT_MS`` when set, else
+    :data:`LOW_LATENCY_FETCH_WAIT_MS` on Tansu and :data:`KAFKA_HOP_FETCH_WAIT_MS` elsewhere.
+
+    The broker's kind is asked once per process and bootstrap (consumers starting together may each ask once);
+    a question that fails raises and is asked again by the next consumer."""
+    if settings.kafka_hop_fetch_wait_ms is not None:
+        return settings.kafka_hop_fetch_wait_ms
+    target = settings if bootstrap is None else settings.with_values(kafka_bootstrap=bootstrap)
+    key = target.kafka_bootstrap or ""
+    if key not in _kinds:
+        _kinds[key] = await is_tansu(target)
+    return LOW_LATENCY_FETCH_WAIT_MS if _kinds[key] else KAFKA_HOP_FETCH_WAIT_MS

@@ -8,10 +8,15 @@ from agl_stream.config import Settings
 
 
 #: ``fetch_max_wait_ms`` of consumers on a latency-critical hop (an attempt's end -> its rollout's status and
-#: triplet row). A fetch with nothing to return waits this long at most; the local Tansu broker answers
-#: a waiting fetch only when its wait runs out (measured: 500 ms -> ~115 ms per hop, 100 ms -> ~15 ms),
-#: and on Apache Kafka a shorter wait only costs a few more idle fetches.
+#: triplet row), on the Tansu fallback broker: Tansu answers a waiting fetch only when its wait runs out
+#: (measured: 500 ms -> ~115 ms per hop, 100 ms -> ~15 ms). Consumers ask for it with ``latency_critical``
+#: (or :func:`~agl_stream.kafka.hop_fetch_wait_ms`), which picks it only where the broker is Tansu.
 LOW_LATENCY_FETCH_WAIT_MS = 100
+
+#: the same on Apache Kafka (and any broker that answers a waiting fetch when a record arrives): the wait
+#: costs no latency there, only sets how often an idle consumer asks again. 100 ms made the local broker
+#: spend 0.15 of a core answering idle fetches on upstream's store benchmark (docs/performance.md).
+KAFKA_HOP_FETCH_WAIT_MS = 500
 
 
 def connection_options(settings: Settings, bootstrap: str | None = None) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from agl_stream.types import (
     Trajectory,
     Worker,
 )
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
 from agl_stream_processors.clickhouse import rows
 from agl_stream_processors.clickhouse.columns import ColumnBatch, TableBuilder
 from agl_stream_processors.clickhouse.span_columns import SpanColumns
@@ -40,8 +39,9 @@ class SinkSpec:
     #: seconds a batch may wait to fill: short where something waits on the row (an attempt's
     #: triplets, a rollout's status), long where rows are only analysed (fewer, larger inserts)
     max_wait: float = 0.5
-    #: the consumer's fetch_max_wait_ms: short on the hops something waits on (see LOW_LATENCY_FETCH_WAIT_MS)
-    fetch_max_wait_ms: int = 500
+    #: something waits on the rows: the consumer's fetch wait is the broker's hop wait (agl_stream.kafka.hop_fetch_wait_ms),
+    #: else aiokafka's 500 ms
+    latency_critical: bool = False
     #: the consumer's fetch_min_bytes: bulk sinks let the broker gather more per fetch (fewer requests)
     fetch_min_bytes: int = 1
     #: a batch's table builder; None: a :class:`ColumnBatch` of ``to_rows`` dicts (see Sink._rows)
@@ -66,9 +66,9 @@ SINKS: dict[str, SinkSpec] = {
                  fetch_min_bytes=256 * 1024),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
         SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,
-                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),
+                 latency_critical=True),
         SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows, max_wait=0.2,
-                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),
+                 latency_critical=True),
         SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
         SinkSpec("workers", "workers", Worker, "workers", rows.WORKER_SCHEMA, rows.worker_rows, max_wait=2.0),
         SinkSpec("dlq", "dlq", DeadLetter, "dead_letters", rows.DEAD_LETTER_SCHEMA, rows.dead_letter_rows),
@@ -77,7 +77,7 @@ SINKS: dict[str, SinkSpec] = {
         SinkSpec("training_runs", "training_runs", TrainingRun, "training_runs", rows.TRAINING_RUN_SCHEMA,
                  rows.training_run_rows, max_wait=0.2),  # fmt: skip
         SinkSpec("datasets", "datasets", DatasetLine, "datasets", rows.DATASET_SCHEMA, rows.dataset_rows, max_wait=0.2,
-                 fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS),  # an upload waits for its rows
+                 latency_critical=True),  # an upload waits for its rows
     )
 }
 

@@ -61,7 +61,7 @@ from aiokafka.errors import IllegalStateError
 from aiokafka.partitioner import DefaultPartitioner
 
 from agl_stream.config import Settings
-from agl_stream.kafka import DeadLetterWriter, is_tansu
+from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, DeadLetterWriter, hop_fetch_wait_ms, is_tansu
 from agl_stream.serialization import RecordError, decode, decode_envelope, encode
 from agl_stream.types import AttemptEvent, AttemptedRollout, RolloutControl
 from agl_stream_processors.state_machine import rules
@@ -156,6 +156,7 @@ class RolloutStateMachine:
         self._app: Any = None
         self._changelog_known = False
         self._tansu = False  # the broker is the Tansu fallback: its workarounds run (set by run())
+        self._hop_fetch_wait_ms = LOW_LATENCY_FETCH_WAIT_MS  # the stream consumer's fetch wait on Tansu (set by run())
         self._spans: Optional[SpanLivenessReader] = None
         self._gaps: Optional[GapReader] = None  # reads input records faust's stream skipped (started by run())
         self._background: set[asyncio.Task[None]] = set()
@@ -197,6 +198,7 @@ class RolloutStateMachine:
 
         await ensure_topics(self.settings, specs=[*CATALOG, CHANGELOG], strict=True)
         self._tansu = await is_tansu(self.settings)
+        self._hop_fetch_wait_ms = await hop_fetch_wait_ms(self.settings)
         app = self.build_app()
         self._spans = SpanLivenessReader(self.settings, f"{self.app_id}-spans", self._span_seen)
         await self._spans.start()
@@ -532,15 +534,15 @@ class RolloutStateMachine:
     def _shorten_fetch_wait(self) -> None:
         """faust builds its stream consumer with a fixed ``fetch_max_wait_ms=1500``; on the local Tansu broker
         that is about 340 ms per hop for every event (see ``LOW_LATENCY_FETCH_WAIT_MS``). The aiokafka
-        fetcher reads the value for each fetch request, so setting it once the consumer exists applies it."""
-        from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS
-
+        fetcher reads the value for each fetch request, so setting it once the consumer exists applies it.
+        On Apache Kafka faust's wait costs no latency (a waiting fetch is answered when a record arrives)."""
+        wait = self._hop_fetch_wait_ms
         try:
             raw = self._app.consumer._thread._ensure_consumer()  # noqa: SLF001 - faust keeps no public accessor
             fetcher = getattr(raw, "_fetcher", None)
-            raw._fetch_max_wait_ms = LOW_LATENCY_FETCH_WAIT_MS  # noqa: SLF001 - for a fetcher made later
+            raw._fetch_max_wait_ms = wait  # noqa: SLF001 - for a fetcher made later
             if fetcher is not None:
-                fetcher._fetch_max_wait_ms = LOW_LATENCY_FETCH_WAIT_MS  # noqa: SLF001
+                fetcher._fetch_max_wait_ms = wait  # noqa: SLF001
         except AttributeError as exc:  # a faust/aiokafka upgrade moved them: slower, still correct
             logger.warning("state machine: could not shorten faust's fetch wait (%r); events wait up to 1.5 s", exc)
 
@@ -557,7 +559,7 @@ class RolloutStateMachine:
                            "read yet (a rebalance interrupted it); waiting for the recovery that follows",
                            [tp.partition for tp in behind])  # fmt: skip
             return
-        if self._tansu:
+        if self._tansu or self.settings.kafka_hop_fetch_wait_ms is not None:
             self._shorten_fetch_wait()
         assert self._spans is not None
         await self._spans.assign(tp.partition for tp in self._app.consumer.assignment()

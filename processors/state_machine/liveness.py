@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from agl_stream.config import Settings
-from agl_stream.kafka import LOW_LATENCY_FETCH_WAIT_MS, connection_options, start_with_retry
+from agl_stream.kafka import connection_options, hop_fetch_wait_ms, start_with_retry
 from agl_stream_processors.read_progress import PROGRESS_INTERVAL_S, ReadProgress, note_fetches
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class SpanLivenessReader:
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(
             **connection_options(self.settings), group_id=self.group_id, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS, max_poll_records=5000,
+            auto_offset_reset="earliest", fetch_max_wait_ms=await hop_fetch_wait_ms(self.settings), max_poll_records=5000,
         )  # fmt: skip
         await start_with_retry(consumer, "state machine span reader", 30.0)
         self._consumer = consumer

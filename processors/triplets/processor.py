@@ -60,7 +60,7 @@ from agl_stream.adapter.rewards import final_reward
 from agl_stream.adapter.base import span_order_key
 from agl_stream.config import Settings
 from agl_stream.kafka import (
-    LOW_LATENCY_FETCH_WAIT_MS, DeadLetterWriter, RecordConsumer, RecordProducer, connection_options, read_to_fetched_end,
+    DeadLetterWriter, RecordConsumer, RecordProducer, connection_options, hop_fetch_wait_ms, read_to_fetched_end,
     start_with_retry,
 )
 from agl_stream.serialization import RecordError, decode
@@ -271,7 +271,8 @@ class TripletProcessor:
     async def _start_rollouts_reader(self) -> None:
         """Read every partition of ``agl.rollouts`` from the start, outside the group (see the module doc)."""
         reader = AIOKafkaConsumer(**connection_options(self.settings), group_id=None, enable_auto_commit=False,
-                                  auto_offset_reset="earliest", fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS)  # fmt: skip
+                                  auto_offset_reset="earliest",
+                                  fetch_max_wait_ms=await hop_fetch_wait_ms(self.settings))  # fmt: skip
         await start_with_retry(reader, "triplets rollouts reader", 30.0)
         partitions = [TopicPartition(self.rollouts_topic, p) for p in range(self.settings.partitions)]
         reader.assign(partitions)
@@ -686,7 +687,7 @@ def triplets_consumer(settings: Settings, group_id: str, *, max_poll_records: in
     """The group consumer of ``agl.spans`` and ``agl.attempts``, co-partitioned (see the module's docstring)."""
     return RecordConsumer(
         settings, [settings.topic("spans"), settings.topic("attempts")], group_id, max_poll_records=max_poll_records,
-        fetch_max_wait_ms=LOW_LATENCY_FETCH_WAIT_MS,  # an attempt's 'finished' -> its trajectory
+        latency_critical=True,  # an attempt's 'finished' -> its trajectory
         partition_assignment_strategy=(RangePartitionAssignor,),
     )  # fmt: skip
 

@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None,
                         help="py-spy every server process for each run, stacks and summaries under this folder "
                              "(profiled runs cost py-spy's CPU too: measure without it)")
+    parser.add_argument("--front-door-workers", type=int, default=1,
+                        help="agl-stream's front-door replicas behind the one address (uvicorn workers)")
     parser.add_argument("--idle", type=float, default=0,
                         help="first measure each side's server CPU for this many seconds with nothing asked of it")
     args = parser.parse_args(argv)
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  {r['rollouts_per_s']} rollouts/s, server CPU {1000 * r['cpu_s']['server'] / r['verified']:.1f} ms/rollout, "
         f"server RSS {r['server_peak_rss_mb']:.0f} MB"))  # fmt: skip
     report = {"benchmark": str(args.benchmark), "workload": {"name": args.workload, **WORKLOADS[args.workload]},
-              "partitions": args.partitions, "cpu_count": os.cpu_count(), "runs": results,
+              "partitions": args.partitions, "front_door_workers": args.front_door_workers,
+              "cpu_count": os.cpu_count(), "runs": results,
               "summary": {name: summarize(runs) for name, runs in results.items() if runs}}  # fmt: skip
     table = Table(title=f"upstream's benchmark_store.py, unchanged ({args.workload})")
     for col in ("behind the URL", "runs", "rollouts/s", "server CPU ms/rollout", "server RSS MB", "client CPU ms/rollout"):

@@ -157,6 +157,13 @@ def _profiler(args: argparse.Namespace, system: str, work: Path) -> "SpyTrees | 
     return SpyTrees(folder / f"{system}-{len(runs) + 1}")
 
 
+def front_door_flags(args: argparse.Namespace) -> list[str]:
+    """``--front-door-workers N``: N replicas behind the one port (uvicorn workers); with more than one, a runner's
+    calls may reach several, so span counts are off as docs/store-api.md says."""
+    workers = int(getattr(args, "front_door_workers", 1) or 1)
+    return [] if workers == 1 else ["--workers", str(workers), "--no-span-counts"]
+
+
 async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     settings = Settings.from_env(env={}, data_dir=work / "agl", partitions=args.partitions)
     stack = LocalStack(settings, log_dir=work / "logs")
@@ -168,8 +175,8 @@ async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workloa
         sampler.watch("broker", stack.broker.pid)
         sampler.watch("processors", stack.service("processors").pid)  # type: ignore[union-attr]
         port = free_port()
-        front = ServiceProcess("front-door", agl_command("ingest", "store", "--port", str(port)), env=stack.env(),
-                               log_path=work / "logs" / "front-door.log").start()  # fmt: skip
+        front = ServiceProcess("front-door", agl_command("ingest", "store", "--port", str(port), *front_door_flags(args)),
+                               env=stack.env(), log_path=work / "logs" / "front-door.log").start()  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, front)
         sampler.watch("front_door", front.pid)

@@ -18,11 +18,14 @@ from typing import Iterator
 
 import pytest
 
-from agl_stream import Settings
+from agl_stream import RolloutSnapshot, Settings
 from agl_stream.broker import BrokerKind, choose_local_broker, local_broker
-from agl_stream.kafka import RecordConsumer, RecordProducer, is_tansu
+from agl_stream.kafka import (
+    KAFKA_HOP_FETCH_WAIT_MS, LOW_LATENCY_FETCH_WAIT_MS, RecordConsumer, RecordProducer, hop_fetch_wait_ms, is_tansu,
+)
 from agl_stream_processors.state_machine.catchup import read_to_end
 from agl_stream_topics.admin import ensure_topics
+from tests.agl_stream.samples import SAMPLES
 from tests.faults.audit import audit
 from tests.faults.harness import Pipeline, enqueue, make_tasks
 from tests.faults.report import report
@@ -111,6 +114,30 @@ async def test_the_fallback_broker_is_told_apart_from_kafka(parity_broker: tuple
     """Tansu's workarounds (the state machine's changelog catch-up, a shorter fetch wait) run only on Tansu."""
     kind, _ = parity_broker
     assert await is_tansu(parity_topics) == (kind == "tansu")
+
+
+async def test_a_latency_critical_consumer_waits_as_long_as_its_broker_allows(
+    parity_broker: tuple[BrokerKind, str], parity_topics: Settings
+) -> None:
+    """Tansu answers a waiting fetch only when the wait runs out, so a hop something waits on fetches every 100 ms
+    there; Apache Kafka answers as soon as a record arrives, so its idle consumers may wait 500 ms between fetches.
+    An explicit AGL_KAFKA_HOP_FETCH_WAIT_MS wins on either; a consumer not latency-critical keeps its own wait."""
+    kind, _ = parity_broker
+    expected = LOW_LATENCY_FETCH_WAIT_MS if kind == "tansu" else KAFKA_HOP_FETCH_WAIT_MS
+    topic = parity_topics.topic("rollouts")
+    async with RecordConsumer(parity_topics, [topic], group_id=None, latency_critical=True) as hop:
+        assert hop.fetch_max_wait_ms == expected
+        async with RecordProducer(parity_topics) as producer:  # and the record still arrives
+            await producer.send_and_wait(topic, SAMPLES[RolloutSnapshot], key="r-1", partition=0)
+        got: list = []
+        for _ in range(50):
+            got += (await hop.get_decoded(RolloutSnapshot, timeout=0.2))[0]
+            if got:
+                break
+        assert [g.key for g in got] == ["r-1"]
+    assert await hop_fetch_wait_ms(parity_topics.with_values(kafka_hop_fetch_wait_ms=250)) == 250
+    async with RecordConsumer(parity_topics, [topic], group_id=None, fetch_max_wait_ms=1234) as plain:
+        assert plain.fetch_max_wait_ms == 1234
 
 
 async def test_compacted_topic_reads_as_the_latest_value_per_key(parity_topics: Settings) -> None:
