@@ -37,6 +37,7 @@ class Settings(BaseModel):
         default=None, description="the local broker; unset = Apache Kafka where it can run, else Tansu"
     )
     kafka_home: Optional[Path] = Field(default=None, description="the local Apache Kafka's jars; unset = user cache")
+    local_kafka_full_jit: bool = Field(default=False, description="the local Apache Kafka's JVM uses C2 too (default: C1 only)")
     tansu_binary: Optional[Path] = Field(default=None, description="the Tansu broker binary; unset = the one installed")
     broker_port: Optional[int] = Field(default=None, ge=0, le=65535, description="`agl-stream broker`: client port; unset = a free one")
     broker_data_dir: Optional[Path] = Field(default=None, description="`agl-stream broker`: its log folder; unset = a temporary one")

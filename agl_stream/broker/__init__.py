@@ -18,7 +18,7 @@ from agl_stream.broker._install import (
     kafka_home,
     kafka_install,
 )
-from agl_stream.broker._kafka import KafkaBroker, KafkaNode
+from agl_stream.broker._kafka import C1_ONLY, KafkaBroker, KafkaNode
 from agl_stream.broker._tansu import DEFAULT_STORAGE, TansuBroker, tansu_binary
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "BrokerKind",
     "DEFAULT_STORAGE",
     "KAFKA_VERSION",
+    "C1_ONLY",
     "KafkaBroker",
     "KafkaInstall",
     "KafkaNode",

@@ -70,7 +70,7 @@ def local_broker(
             raise BrokerError("a local cluster of several brokers needs Apache Kafka; Tansu runs one node")
         return TansuBroker(port=port, log_file=log_file, advertised=advertised)
     return KafkaBroker(port=port, log_file=log_file, advertised=advertised, data_dir=data_dir, brokers=brokers,
-                       home=settings.kafka_home, **kafka_options)  # fmt: skip
+                       home=settings.kafka_home, **{"full_jit": settings.local_kafka_full_jit, **kafka_options})  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -76,6 +76,14 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
+#: The local broker's JVM compiles with C1 only. With the default tiered compilation, C2's compiler threads
+#: were 74% of the broker's CPU over a 2-minute run of upstream's store benchmark (per-thread /proc times), and
+#: C1 only took the broker from 31 to 17 ms of CPU per rollout and its idle cost from 0.09 to 0.05 cores
+#: (docs/performance.md). A broker serving one machine's pipeline never runs hot enough to pay C2 back;
+#: ``AGL_LOCAL_KAFKA_FULL_JIT=true`` turns C2 back on (a long run at high rates).
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
 @dataclass
 class KafkaNode:
     """One KRaft node (broker and controller) of a local cluster."""
@@ -156,13 +164,15 @@ class KafkaBroker:
         heap_mb: int = DEFAULT_HEAP_MB,
         home: Optional[Path] = None,
         config: Optional[Mapping[str, str]] = None,
+        full_jit: bool = False,
     ) -> None:
         """``port`` is the first node's client port (default: free ones for every node). ``advertised``
         (host:port, or one per node) is the address clients and the other nodes are told to use, e.g. a
         test's TCP proxy; ``controller_advertised`` (one per node) is where the other nodes reach each
         node's controller listener (the KRaft voters), so a test can cut controller traffic too.
         ``data_dir`` keeps the nodes' logs and metadata across starts (default: a temporary folder
-        removed by :meth:`stop`). ``config`` adds or overrides server properties of every node."""
+        removed by :meth:`stop`). ``config`` adds or overrides server properties of every node.
+        ``full_jit``: the JVM's optimizing compiler (C2) too; by default only C1 compiles (see :data:`C1_ONLY`)."""
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
         per_node = [advertised] * brokers if advertised is None or isinstance(advertised, str) else list(advertised)
@@ -175,6 +185,7 @@ class KafkaBroker:
             raise ValueError("heap_mb must be within 64..512 (the local broker's heap cap)")
         self.host = host
         self.heap_mb = heap_mb
+        self.full_jit = full_jit
         self.home = home if home is not None else Settings.from_env().kafka_home  # AGL_KAFKA_HOME
         self.extra_config = dict(config or {})
         self._own_data_dir = data_dir is None
@@ -288,6 +299,7 @@ class KafkaBroker:
             self._install.java,
             f"-Xms{min(64, heap_mb)}m", f"-Xmx{heap_mb}m",
             "-XX:+UseSerialGC",  # two cores: no parallel GC threads competing with the services
+            *([] if self.full_jit else [C1_ONLY]),
             "-XX:MaxMetaspaceSize=128m", "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={package_file('log4j2.yaml')}",

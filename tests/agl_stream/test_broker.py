@@ -17,6 +17,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from agl_stream.broker import (
+    C1_ONLY,
     KafkaBroker,
     KafkaUnavailable,
     TansuBroker,
@@ -76,6 +77,7 @@ def test_kafka_runs_on_loopback_with_its_heap_capped_and_keeps_data_across_a_res
         proc = psutil.Process(broker.pid)
         argv = proc.cmdline()
         assert "-Xmx384m" in argv and "kafka.Kafka" in argv
+        assert C1_ONLY in argv  # C2's compiles were most of a short run's broker CPU (agl_stream/broker/_kafka.py)
         listening = {c.laddr for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
         assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
 
@@ -270,3 +272,9 @@ def test_cluster_ids_never_look_like_options() -> None:
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_the_local_kafka_compiles_with_c2_only_when_asked() -> None:
+    broker = local_broker(Settings.from_env(env={"AGL_LOCAL_KAFKA_FULL_JIT": "true"}), kind="kafka")
+    assert isinstance(broker, KafkaBroker) and broker.full_jit
+    assert not KafkaBroker().full_jit
