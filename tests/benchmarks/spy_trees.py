@@ -3,7 +3,8 @@
 ``SpyTrees(out).attach("front_door", pid)`` records the process and each Python descendant (a supervisor's
 apps, uvicorn's workers) with ``py-spy record --format raw`` (collapsed stacks: speedscope, flamegraph.pl) into
 ``out/<role>-<label>-<pid>.txt``; ``stop()`` ends the recordings (SIGINT: py-spy writes its file) and returns
-each file's summary (the functions with the most samples, self and inclusive: ``profile_rollouts.summarize``).
+each file's summary (the functions with the most samples, self and inclusive: ``profile_rollouts.summarize``; the busy
+samples by route, HTTP machinery, Kafka client, ClickHouse: ``spy_breakdown``).
 py-spy is a development tool (pinned in the dev extra); it needs ptrace.
 """
 
@@ -19,6 +20,7 @@ import psutil
 
 from tests.benchmarks.process_sampler import label
 from tests.benchmarks.profile_rollouts import summarize
+from tests.benchmarks.spy_breakdown import breakdown
 
 
 def _is_python(proc: psutil.Process) -> bool:
@@ -61,6 +63,7 @@ class SpyTrees:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            summaries[path.stem] = summarize(path, top) if path.exists() else "  (py-spy wrote nothing: ptrace allowed?)\n"
+            summaries[path.stem] = (summarize(path, top) + "  -- busy samples by what they were doing\n" + breakdown(path)
+                                    if path.exists() else "  (py-spy wrote nothing: ptrace allowed?)\n")  # fmt: skip
         (self.out / "summary.txt").write_text("".join(f"{name}\n{text}\n" for name, text in summaries.items()))
         return summaries
