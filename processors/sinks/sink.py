@@ -123,7 +123,7 @@ class Sink:
         """Collect the next batch while the previous one is written (at most one write in flight, in order)."""
         consumer = RecordConsumer(
             self.settings, [self.topic], self.spec.group_id, max_poll_records=self.options.batch_size,
-            latency_critical=self.spec.latency_critical, fetch_min_bytes=self.spec.fetch_min_bytes,
+            latency_critical=self.spec.latency_critical, fetch_min_bytes=self.spec.min_fetch_bytes,
         )
         await consumer.start()
         logger.info("sink %s: %s -> table %s (group %s)", self.name, self.topic, self.spec.table, self.spec.group_id)

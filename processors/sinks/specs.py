@@ -27,6 +27,11 @@ from agl_stream_processors.clickhouse.spans import SPAN_SCHEMA, span_to_row
 
 RowsOf = Callable[[Any, Optional[int]], list[dict[str, Any]]]
 
+#: a sink nothing waits on lets the broker gather this much (or its fetch wait, 500 ms) before answering: on
+#: Apache Kafka a fetch with fetch_min_bytes 1 is answered at every record, one request per record or two for
+#: each of ten sinks while rollouts flow
+BULK_FETCH_MIN_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class SinkSpec:
@@ -42,10 +47,16 @@ class SinkSpec:
     #: something waits on the rows: the consumer's fetch wait is the broker's hop wait (agl_stream.kafka.hop_fetch_wait_ms),
     #: else aiokafka's 500 ms
     latency_critical: bool = False
-    #: the consumer's fetch_min_bytes: bulk sinks let the broker gather more per fetch (fewer requests)
-    fetch_min_bytes: int = 1
+    #: the consumer's fetch_min_bytes; None: 1 where something waits on the rows, else BULK_FETCH_MIN_BYTES
+    fetch_min_bytes: Optional[int] = None
     #: a batch's table builder; None: a :class:`ColumnBatch` of ``to_rows`` dicts (see Sink._rows)
     builder: Optional[Callable[[], TableBuilder]] = None
+
+    @property
+    def min_fetch_bytes(self) -> int:
+        if self.fetch_min_bytes is not None:
+            return self.fetch_min_bytes
+        return 1 if self.latency_critical else BULK_FETCH_MIN_BYTES
 
     @property
     def group_id(self) -> str:
@@ -62,11 +73,10 @@ def _span_rows(span: Span, record_timestamp_ms: Optional[int]) -> list[dict[str,
 SINKS: dict[str, SinkSpec] = {
     spec.name: spec
     for spec in (
-        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, builder=SpanColumns,
-                 fetch_min_bytes=256 * 1024),
+        SinkSpec("spans", "spans", Span, "spans", SPAN_SCHEMA, _span_rows, max_wait=1.0, builder=SpanColumns),
         SinkSpec("attempts", "attempts", AttemptEvent, "attempts", rows.ATTEMPT_SCHEMA, rows.attempt_rows),
-        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=0.2,
-                 latency_critical=True),
+        # history only: readers of live and recent rollouts follow agl.rollouts (the store client's view)
+        SinkSpec("rollouts", "rollouts", RolloutSnapshot, "rollouts", rows.ROLLOUT_SCHEMA, rows.rollout_rows, max_wait=1.0),
         SinkSpec("triplets", "triplets", Trajectory, "triplets", rows.TRIPLET_SCHEMA, rows.triplet_rows, max_wait=0.2,
                  latency_critical=True),
         SinkSpec("resources", "resources", ResourcesUpdate, "resources", rows.RESOURCES_SCHEMA, rows.resources_rows),
@@ -75,7 +85,7 @@ SINKS: dict[str, SinkSpec] = {
         SinkSpec("training_steps", "training_steps", TrainingStep, "training_steps", rows.TRAINING_STEP_SCHEMA,
                  rows.training_step_rows),  # fmt: skip
         SinkSpec("training_runs", "training_runs", TrainingRun, "training_runs", rows.TRAINING_RUN_SCHEMA,
-                 rows.training_run_rows, max_wait=0.2),  # fmt: skip
+                 rows.training_run_rows, max_wait=0.2, fetch_min_bytes=1),  # fmt: skip
         SinkSpec("datasets", "datasets", DatasetLine, "datasets", rows.DATASET_SCHEMA, rows.dataset_rows, max_wait=0.2,
                  latency_critical=True),  # an upload waits for its rows
     )
