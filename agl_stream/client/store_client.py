@@ -51,7 +51,8 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
     default: ClickHouse, opened on first use). ``span_reader`` answers ``query_spans`` (default: ClickHouse at ``settings.effective_clickhouse_dsn``,
     opened on first use); with a ``span_feed`` (a store front door's), the spans of recent rollouts are answered
     from ``agl.spans`` as read, without ClickHouse (:mod:`agl_stream.client.span_feed`). ``consistency_timeout`` bounds how long a read waits for the pipeline to
-    reflect a write (:class:`ConsistencyTimeout` after that).
+    reflect a write (:class:`ConsistencyTimeout` after that). ``linger_ms``: how long the producer gathers records
+    before sending them (a front door's 0: each of its calls waits for its own acknowledgement).
     """
 
     def __init__(
@@ -65,11 +66,12 @@ class StoreClient(RolloutWrites, RolloutReads, SpanStore, ResourceStore, WorkerS
         dequeue_idle_seconds: float = 30.0,
         span_feed: Optional[SpanFeed] = None,
         rollout_history: Optional[RolloutHistory] = None,
+        linger_ms: int = 5,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
         self.consistency_timeout = consistency_timeout
-        self._producer = RecordProducer(settings, bootstrap)
+        self._producer = RecordProducer(settings, bootstrap, linger_ms=linger_ms)
         self.resources = ResourceCache(settings, bootstrap=bootstrap)
         # live rollouts and the last `store_recent_rollouts` finished ones; older ones are read from ClickHouse
         self.view = RolloutView(max_finished=settings.store_recent_rollouts or None, on_evict=self._forget)
