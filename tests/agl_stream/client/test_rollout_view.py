@@ -68,6 +68,21 @@ def test_a_success_reported_here_is_not_undone_by_a_snapshot_from_before_it_was_
     assert view.matches("ro-000000000001", lambda s: s.rollout.status == "succeeded") is not None
 
 
+def test_a_success_reported_after_the_state_machine_already_applied_it_leaves_its_snapshot() -> None:
+    """The follower may apply the state machine's answer between the broker's acknowledgement of the success and
+    the writer's provisional entry; a provisional entry over it would never be replaced, and waits would not end."""
+    view = RolloutView()
+    running = _snapshot(1, "running", at=1.0)
+    view.apply(None, running)
+    assert running.attempt is not None
+    applied = _snapshot(1, "succeeded", at=2.0, attempt_status="succeeded")
+    view.apply(None, applied)  # the state machine was faster than the writer's continuation
+    view.provisional_success(running, running.attempt.model_copy(update={"status": "succeeded", "end_time": 5.0}))
+    assert view.matches("ro-000000000001", lambda s: s.rollout.status == "succeeded") == applied
+    view.apply(None, _snapshot(1, "succeeded", at=3.0, attempt_status="succeeded"))  # later snapshots still apply
+    assert view.snapshot("ro-000000000001").updated_at == 3.0  # type: ignore[union-attr]
+
+
 def test_a_success_reported_here_gives_way_to_the_watchdogs_outcome() -> None:
     view = RolloutView()
     running = _snapshot(1, "running", at=1.0)
