@@ -77,9 +77,8 @@ def new_cluster_id() -> str:
 
 
 #: The local broker's JVM compiles with C1 only. With the default tiered compilation, C2's compiler threads
-#: were 74% of the broker's CPU over a 2-minute run of upstream's store benchmark (per-thread /proc times), and
-#: C1 only took the broker from 31 to 17 ms of CPU per rollout and its idle cost from 0.09 to 0.05 cores
-#: (docs/performance.md). A broker serving one machine's pipeline never runs hot enough to pay C2 back;
+#: used 9.1 of the broker's 21.4 CPU seconds over a run of upstream's store benchmark (tests/benchmarks/jvm_threads.py);
+#: with C1 only, 1.3 of 13.2, and the broker's CPU per rollout fell from 29.9 to 20.2 ms (docs/performance.md). A broker serving one machine's pipeline never runs hot enough to pay C2 back;
 #: ``AGL_LOCAL_KAFKA_FULL_JIT=true`` turns C2 back on (a long run at high rates).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
