@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -41,9 +40,11 @@ def broker(
         raise typer.BadParameter(f"{kind!r} is not kafka or tansu", param_hint="--kind / AGL_LOCAL_BROKER")
     settings = Settings.from_env(local_broker=kind, broker_port=port, broker_data_dir=data_dir)
     port, data_dir = settings.broker_port, settings.broker_data_dir
-    stop = threading.Event()
-    # Ctrl+C / SIGTERM stop the broker: its own stop SIGKILLs a node after its timeout; the deadline bounds the rest
-    StopSignals(stop.set, StopDeadline(BROKER_STOP_TIMEOUT, name="broker")).install()
+    # Ctrl+C / SIGTERM stop the broker: its own stop SIGKILLs a node after its timeout; the deadline bounds the rest.
+    # The handler only records the signal (StopSignals.wait): a threading.Event set from it deadlocked once in ~100
+    # stops under load, when the signal landed while the main thread held the Event's lock inside its wait.
+    signals = StopSignals(lambda: None, StopDeadline(BROKER_STOP_TIMEOUT, name="broker"))
+    signals.install()
     try:
         local = local_broker(settings, port=port, brokers=brokers, data_dir=data_dir or settings.data_dir / "kafka")
         began = time.monotonic()
@@ -58,7 +59,7 @@ def broker(
         typer.echo(f"AGL_KAFKA_BOOTSTRAP={local.bootstrap}", color=False)
         typer.echo(f"{describe(local)}: ready in {time.monotonic() - began:.1f} s", err=True)
         sys.stdout.flush()
-        while not stop.wait(0.5):
+        while not signals.wait(0.5):
             if not local.running:
                 typer.echo("broker exited unexpectedly", err=True)
                 raise typer.Exit(1)

@@ -127,8 +127,25 @@ class StopSignals:
         self.on_stop()
 
     def install(self) -> None:
+        """Handle the signals on the main thread, between two of its bytecodes, wherever it is.
+
+        So ``on_stop`` must not take a lock the main thread may hold at that moment: ``threading.Event.set``
+        while the main thread is inside that Event's ``wait`` deadlocks (the Event's lock is not reentrant).
+        A thread-based service waits with :meth:`wait` instead, which holds no lock."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self)
+
+    def wait(self, timeout: float, *, poll_s: float = 0.05) -> bool:
+        """Whether a stop signal has arrived, waiting up to ``timeout`` seconds for one (main thread, after
+        :meth:`install`). A signal interrupts the sleep and its handler only records it, so this answers
+        within ``poll_s`` of the signal."""
+        end = time.monotonic() + timeout
+        while self.received is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, poll_s))
+        return True
 
     def install_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in STOP_SIGNALS:

@@ -49,6 +49,41 @@ def test_a_stop_that_hangs_ends_at_its_deadline_with_its_own_exit_code() -> None
     assert "graceful stop took longer than" in proc.stderr.read()  # type: ignore[union-attr]
 
 
+#: the handler fired before each line the wait runs, as the interpreter may run it wherever a signal lands
+HANDLER_AT_EVERY_LINE = textwrap.dedent("""
+    import signal, sys
+    from agl_stream.service import StopDeadline, StopSignals
+
+    for k in range(1, 80):
+        signals = StopSignals(lambda: None, StopDeadline(60, name="traced"))
+        seen = [0]
+
+        def trace(frame, what, arg):
+            if what == "line":
+                seen[0] += 1
+                if seen[0] == k:
+                    signals(signal.SIGTERM)
+            return trace
+
+        sys.settrace(trace)
+        try:
+            got = signals.wait(5, poll_s=0.001)
+        finally:
+            sys.settrace(None)
+        signals.deadline.disarm()
+        assert got, f"the signal handled before line {k} of the wait was missed"
+    print("ready", flush=True)
+""")
+
+
+def test_a_thread_based_service_sees_its_stop_signal_wherever_in_its_wait_the_handler_runs() -> None:
+    """`agl-stream broker` once waited on a threading.Event that its handler set: a signal landing while the
+    main thread held the Event's lock deadlocked it until the stop deadline (1 stop in ~100 under load).
+    StopSignals.wait holds no lock; with the Event this script hangs at the first line inside the lock."""
+    proc = start(HANDLER_AT_EVERY_LINE)
+    assert proc.wait(60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+
+
 def test_a_second_signal_while_stopping_exits_at_once() -> None:
     proc = start(STUCK_SERVICE, "60")
     proc.send_signal(signal.SIGTERM)
