@@ -98,6 +98,13 @@ class Settings(BaseModel):
     runner_python: Optional[Path] = Field(default=None, description="python for agent runner processes")
     # Set by a starter for the processes it starts (agl_stream.service): they stop when it dies.
     stop_with_parent: bool = Field(default=False, description="stop when the parent process dies (set by starters)")
+    # The services' event loop and HTTP parser (uvicorn's --loop and --http): C implementations where installed.
+    event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        default="auto", description="services' event loop: auto (uvloop where installed), asyncio or uvloop"
+    )
+    http_parser: Literal["auto", "h11", "httptools"] = Field(
+        default="auto", description="HTTP servers' parser: auto (httptools where installed), h11 or httptools"
+    )
 
     # Agents' tracing (the SDK in the agent's process) and instrumentation switches.
     span_export: Literal["kafka", "otlp"] = Field(default="kafka", description="spans go to agl.spans, or to OTLP/HTTP")

@@ -7,6 +7,7 @@
 - :class:`ExitCode`: the statuses a service ends with.
 - :class:`HttpHost` / :func:`serve_workers`: the one way a service serves HTTP (on its loop, on a thread,
   or as its main job), on a socket from :func:`bound_socket`.
+- :func:`run_on_service_loop` / :func:`loop_factory`: the loop services run on (uvloop where installed).
 - :func:`add_health_routes` / :func:`health_app`: one health answer behind every probe path.
 - :func:`presented_token` / :func:`token_verdict`: the one token check (each service words its refusal).
 - :func:`retrying` / :func:`retrying_blocking`: the one retry loop with backoff (tenacity underneath).
@@ -22,6 +23,7 @@ from agl_stream.service._http import HttpHost, bound_socket, serve_workers
 from agl_stream.service._token import TokenVerdict, presented_token, token_verdict
 from agl_stream.service._retry import Backoff, RetryStopped, retrying, retrying_blocking
 from agl_stream.service._kernel import arm_parent_death, become_subreaper, die_with_parent
+from agl_stream.service._loop import loop_factory, run_on_service_loop
 from agl_stream.service._stop import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     STOP_GRACE_S,
@@ -68,10 +70,12 @@ __all__ = [
     "health_app",
     "is_attempt_key",
     "kill_all",
+    "loop_factory",
     "mint_attempt_key",
     "presented_token",
     "retrying",
     "retrying_blocking",
+    "run_on_service_loop",
     "run_until_signal",
     "serve_workers",
     "stop_bound",

@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
+from agl_stream.service._loop import run_on_service_loop, uvicorn_choices
 from agl_stream.service._stop import StopDeadline, StopSignals
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def _uvicorn_server(app: Any, *, graceful_s: float, access_log: bool, log_level:
             yield
 
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="off",
-                            timeout_graceful_shutdown=max(1, round(graceful_s)))  # fmt: skip
+                            timeout_graceful_shutdown=max(1, round(graceful_s)), **uvicorn_choices())  # fmt: skip
     return _Server(config)
 
 
@@ -153,7 +154,7 @@ class HttpHost:
 
     def run(self, deadline: Optional[StopDeadline] = None) -> None:
         """:meth:`serve` on a new event loop (a CLI's whole job)."""
-        asyncio.run(self.serve(deadline))
+        run_on_service_loop(lambda: self.serve(deadline))
 
     # ------------------------------------------------------------ on a loop of its own, in a thread
 
@@ -215,4 +216,4 @@ def serve_workers(factory: str, host: str, port: int, workers: int, *, graceful_
     import uvicorn
 
     uvicorn.run(factory, factory=True, host=host, port=port, workers=workers, log_level=log_level,
-                access_log=access_log, timeout_graceful_shutdown=max(1, round(graceful_s)))  # fmt: skip
+                access_log=access_log, timeout_graceful_shutdown=max(1, round(graceful_s)), **uvicorn_choices())  # fmt: skip

@@ -21,6 +21,7 @@ from typing import Awaitable, Callable, Optional, TypeVar
 from agl_stream.config import Settings, env_name
 from agl_stream.service._exit import ExitCode
 from agl_stream.service._kernel import arm_parent_death
+from agl_stream.service._loop import run_on_service_loop
 
 T = TypeVar("T")
 
@@ -174,4 +175,4 @@ def run_until_signal(make: Callable[[asyncio.Event], Awaitable[T]], *, shutdown_
             signals.uninstall_from_loop(loop)
 
     # the deadline stays armed after the loop ends: an exit held up by a non-daemon thread is still bounded
-    return asyncio.run(runner())
+    return run_on_service_loop(runner)

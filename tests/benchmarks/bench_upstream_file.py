@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(profiled runs cost py-spy's CPU too: measure without it)")
     parser.add_argument("--broker-full-jit", action="store_true",
                         help="the local Apache Kafka's JVM compiles with C2 too, as before issue 36 (default: C1 only)")
+    parser.add_argument("--stdlib-io", action="store_true",
+                        help="agl-stream's services on asyncio's loop and h11, as before issue 36 (default: uvloop and "
+                             "httptools where installed)")
     parser.add_argument("--front-door-workers", type=int, default=1,
                         help="agl-stream's front-door replicas behind the one address (uvicorn workers)")
     parser.add_argument("--idle", type=float, default=0,
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         f"server RSS {r['server_peak_rss_mb']:.0f} MB"))  # fmt: skip
     report = {"benchmark": str(args.benchmark), "workload": {"name": args.workload, **WORKLOADS[args.workload]},
               "partitions": args.partitions, "front_door_workers": args.front_door_workers,
-              "broker_full_jit": args.broker_full_jit,
+              "broker_full_jit": args.broker_full_jit, "stdlib_io": args.stdlib_io,
               "cpu_count": os.cpu_count(), "runs": results,
               "summary": {name: summarize(runs) for name, runs in results.items() if runs}}  # fmt: skip
     table = Table(title=f"upstream's benchmark_store.py, unchanged ({args.workload})")
