@@ -77,8 +77,9 @@ def new_cluster_id() -> str:
 
 
 #: The local broker's JVM compiles with C1 only. With the default tiered compilation, C2's compiler threads
-#: used 9.1 of the broker's 21.4 CPU seconds over a run of upstream's store benchmark (tests/benchmarks/jvm_threads.py);
-#: with C1 only, 1.3 of 13.2, and the broker's CPU per rollout fell from 29.9 to 20.2 ms (docs/performance.md). A broker serving one machine's pipeline never runs hot enough to pay C2 back;
+#: used 9.1 of the broker's 21.4 CPU seconds over a run of upstream's store benchmark
+#: (tests/benchmarks/jvm_threads.py); with C1 only, 1.3 of 13.2, and the broker's CPU per rollout fell from 29.9
+#: to 20.2 ms (docs/performance.md). A broker serving one machine's pipeline never runs hot enough to pay C2 back;
 #: ``AGL_LOCAL_KAFKA_FULL_JIT=true`` turns C2 back on (a long run at high rates).
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 

@@ -80,8 +80,12 @@ def test_a_thread_based_service_sees_its_stop_signal_wherever_in_its_wait_the_ha
     """`agl-stream broker` once waited on a threading.Event that its handler set: a signal landing while the
     main thread held the Event's lock deadlocked it until the stop deadline (1 stop in ~100 under load).
     StopSignals.wait holds no lock; with the Event this script hangs at the first line inside the lock."""
-    proc = start(HANDLER_AT_EVERY_LINE)
-    assert proc.wait(60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+    try:  # run, not start(): a regression hangs the script, and must fail here rather than at pytest's timeout
+        out = subprocess.run([sys.executable, "-c", HANDLER_AT_EVERY_LINE], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("the wait missed or deadlocked on a signal handled inside it (the script hung)")
+    assert out.returncode == 0 and out.stdout.strip() == "ready", out.stderr
 
 
 def test_a_second_signal_while_stopping_exits_at_once() -> None:
