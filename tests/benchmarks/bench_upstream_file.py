@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from agl_stream.config import Settings  # noqa: E402
 from tests.benchmarks.bench_upstream_store import run_alternating  # noqa: E402
 from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 from tests.upstream_venv import UPSTREAM_ENV, UPSTREAM_VENV  # noqa: E402
@@ -157,11 +159,19 @@ def main(argv: list[str] | None = None) -> int:
                              "httptools where installed)")
     parser.add_argument("--front-door-workers", type=int, default=1,
                         help="agl-stream's front-door replicas behind the one address (uvicorn workers)")
+    parser.add_argument("--setting", action="append", default=[], metavar="AGL_NAME=VALUE",
+                        help="an agl-stream setting for its side's services, as its environment variable (repeatable; "
+                             "the driver otherwise starts them from an empty environment)")
     parser.add_argument("--idle", type=float, default=0,
                         help="first measure each side's server CPU for this many seconds with nothing asked of it")
     args = parser.parse_args(argv)
     if not args.benchmark.is_file():
         parser.error(f"--benchmark {args.benchmark}: no such file")
+    for setting in args.setting:
+        if not re.fullmatch(r"AGL_[A-Z0-9_]+=.*", setting):
+            parser.error(f"--setting {setting!r}: expected AGL_NAME=VALUE")
+        if setting.split("=", 1)[0][len("AGL_"):].lower() not in Settings.model_fields:
+            parser.error(f"--setting {setting!r}: agl-stream has no such setting")
     if not (UPSTREAM_VENV / "bin" / "python").exists():
         parser.error(f"no upstream side venv at {UPSTREAM_VENV}: run `make upstream`")
     console.print(f"upstream's {args.benchmark.name}, workload {args.workload}: {WORKLOADS[args.workload]}")
@@ -170,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         f"server RSS {r['server_peak_rss_mb']:.0f} MB"))  # fmt: skip
     report = {"benchmark": str(args.benchmark), "workload": {"name": args.workload, **WORKLOADS[args.workload]},
               "partitions": args.partitions, "front_door_workers": args.front_door_workers,
-              "broker_full_jit": args.broker_full_jit, "stdlib_io": args.stdlib_io,
+              "broker_full_jit": args.broker_full_jit, "stdlib_io": args.stdlib_io, "settings": args.setting,
               "cpu_count": os.cpu_count(), "runs": results,
               "summary": {name: summarize(runs) for name, runs in results.items() if runs}}  # fmt: skip
     table = Table(title=f"upstream's benchmark_store.py, unchanged ({args.workload})")

@@ -166,7 +166,8 @@ def front_door_flags(args: argparse.Namespace) -> list[str]:
 
 async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     stdlib_io = {"event_loop": "asyncio", "http_parser": "h11"} if getattr(args, "stdlib_io", False) else {}
-    settings = Settings.from_env(env={}, data_dir=work / "agl", partitions=args.partitions,
+    chosen = dict(setting.split("=", 1) for setting in getattr(args, "setting", None) or [])  # --setting AGL_X=V
+    settings = Settings.from_env(env=chosen, data_dir=work / "agl", partitions=args.partitions,
                                  local_kafka_full_jit=getattr(args, "broker_full_jit", None) or None, **stdlib_io)  # fmt: skip
     stack = LocalStack(settings, log_dir=work / "logs")
     sampler = ProcessSampler().start()
