@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -164,6 +166,26 @@ def front_door_flags(args: argparse.Namespace) -> list[str]:
     return [] if workers == 1 else ["--workers", str(workers), "--no-span-counts"]
 
 
+async def topic_records(bootstrap: str) -> dict[str, int]:
+    """Records written to each topic on the broker, internal ones included (``__consumer_offsets``: commits), from
+    the partitions' end offsets: the same for compacted topics, whose offsets never go back."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        described = await admin.describe_topics(await admin.list_topics())
+        partitions = [TopicPartition(t["topic"], p["partition"]) for t in described for p in t["partitions"]]
+        ends = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+        await admin.close()
+    counts: dict[str, int] = {}
+    for tp, end in ends.items():
+        counts[tp.topic] = counts.get(tp.topic, 0) + end
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workload = run_workload) -> dict[str, Any]:
     stdlib_io = {"event_loop": "asyncio", "http_parser": "h11"} if getattr(args, "stdlib_io", False) else {}
     chosen = dict(setting.split("=", 1) for setting in getattr(args, "setting", None) or [])  # --setting AGL_X=V
@@ -200,6 +222,8 @@ async def run_agl_stream(args: argparse.Namespace, work: Path, workload: Workloa
             result["profile"] = profile
         result["front_door_routes"] = route_latency(url)
         result["span_reads"] = span_read_sources(url)
+        assert settings.kafka_bootstrap is not None
+        result["topic_records"] = await topic_records(settings.kafka_bootstrap)
         return result
     finally:
         sampler.stop()
