@@ -28,10 +28,12 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -39,7 +41,6 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import psutil  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -47,6 +48,7 @@ from rich.table import Table  # noqa: E402
 
 from agl_stream.broker import local_broker  # noqa: E402
 from agl_stream.config import Settings  # noqa: E402
+from tests.benchmarks.process_sampler import ProcessSampler  # noqa: E402
 
 console = Console(stderr=True)
 TOPIC, IDLE_TOPIC, PARTITIONS = "floor.records", "floor.idle", 4
@@ -174,44 +176,51 @@ def _producer_confluent(bootstrap: str, records: int, rate: float) -> None:
 # ---------------------------------------------------------------- measuring
 
 
-def tree_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live children."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+class Child:
+    """A client process of this file (``--role``), its stdout read by a thread so that a wait can time out."""
+
+    def __init__(self, role: str, bootstrap: str, client: str, *extra: str) -> None:
+        self.role = role
+        self.proc = subprocess.Popen([sys.executable, __file__, "--role", role, "--bootstrap", bootstrap, "--client", client,
+                                      *extra], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self._lines: queue.Queue[Optional[str]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True, name=f"{role}-stdout").start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)  # end of output: the process exited
+
+    def wait_for(self, expected: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"{self.role}: no '{expected}' within {timeout:.0f} s") from None
+            if line is None:
+                raise RuntimeError(f"{self.role} exited with {self.proc.wait()} before '{expected}'")
+            if line == expected:
+                return
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
-def spawn(role: str, bootstrap: str, client: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, __file__, "--role", role, "--bootstrap", bootstrap, "--client", client, *extra],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
-
-
-def wait_line(proc: subprocess.Popen[str], expected: str, timeout: float) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline().strip()
-        if line == expected:
-            return
-        if not line and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[3]} exited with {proc.returncode} before '{expected}'")
-    raise TimeoutError(f"{proc.args[3]}: no '{expected}' within {timeout:.0f} s")
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def cpu_of(cpu: dict[str, float], role: str) -> float:
+    """CPU seconds of one watched role from :meth:`ProcessSampler.cpu_since` (summed over its processes)."""
+    return sum(seconds for key, seconds in cpu.items() if key.startswith(f"{role}/"))
 
 
 async def create_topics(bootstrap: str) -> None:
@@ -225,51 +234,60 @@ async def create_topics(bootstrap: str) -> None:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings.from_env(env={}, local_broker="kafka")
+    # read at mark() and cpu_since() only, without the sampler's thread: the clients are read before they are reaped
+    # (an exited one is still a zombie with its CPU times), and the thread's /proc reads every 250 ms would share
+    # the 2 cores with what is measured
+    sampler = ProcessSampler()
     with tempfile.TemporaryDirectory(prefix="agl-floor-") as tmp, \
             local_broker(settings, kind="kafka", data_dir=Path(tmp) / "kafka", log_file=Path(tmp) / "broker.log") as broker:  # fmt: skip
-        assert broker.pid is not None
+        sampler.watch("broker", broker.pid)
         bootstrap = broker.bootstrap
         asyncio.run(create_topics(bootstrap))
         console.print(f"broker at {bootstrap}; settling {args.window:.0f} s")
         time.sleep(args.window)
-        before = tree_cpu(broker.pid)
+        sampler.mark()
         time.sleep(args.window)
-        broker_idle = (tree_cpu(broker.pid) - before) / args.window
+        broker_idle = cpu_of(sampler.cpu_since(), "broker") / args.window
         console.print(f"broker alone: {broker_idle:.4f} cores")
 
-        idle = spawn("idle-consumers", bootstrap, args.client, "--count", str(args.idle_consumers))
+        idle = Child("idle-consumers", bootstrap, args.client, "--count", str(args.idle_consumers))
         try:
-            wait_line(idle, "ready", 120)
+            idle.wait_for("ready", 120)
+            sampler.watch("idle", idle.pid)
             time.sleep(5)
-            b0, c0 = tree_cpu(broker.pid), tree_cpu(idle.pid)
+            sampler.mark()
             time.sleep(args.window)
-            broker_with = (tree_cpu(broker.pid) - b0) / args.window
-            clients = (tree_cpu(idle.pid) - c0) / args.window
+            cpu = sampler.cpu_since()
         finally:
-            stop(idle)
+            idle.stop()
+        broker_with, clients = cpu_of(cpu, "broker") / args.window, cpu_of(cpu, "idle") / args.window
         per_consumer = {"broker_cores": round((broker_with - broker_idle) / args.idle_consumers, 5),
                         "client_cores": round(clients / args.idle_consumers, 5)}  # fmt: skip
         console.print(f"{args.idle_consumers} idle consumers: broker {broker_with:.4f} cores, theirs {clients:.4f}")
 
-        reader = spawn("consumer", bootstrap, args.client, "--records", str(args.records))
-        writer: Optional[subprocess.Popen[str]] = None
+        reader = Child("consumer", bootstrap, args.client, "--records", str(args.records))
+        writer: Optional[Child] = None
         try:
-            wait_line(reader, "ready", 120)
-            writer = spawn("producer", bootstrap, args.client, "--records", str(args.records), "--rate", str(args.rate))
-            wait_line(writer, "ready", 120)
-            b0, p0, c0, t0 = tree_cpu(broker.pid), tree_cpu(writer.pid), tree_cpu(reader.pid), time.monotonic()
-            wait_line(writer, "done", args.records / args.rate + 120)
-            wait_line(reader, "done", 120)
-            b1, p1, c1, seconds = tree_cpu(broker.pid), tree_cpu(writer.pid), tree_cpu(reader.pid), time.monotonic() - t0
+            reader.wait_for("ready", 120)
+            writer = Child("producer", bootstrap, args.client, "--records", str(args.records), "--rate", str(args.rate))
+            writer.wait_for("ready", 120)
+            sampler.watch("producer", writer.pid)
+            sampler.watch("consumer", reader.pid)
+            sampler.mark()
+            started = time.monotonic()
+            writer.wait_for("done", args.records / args.rate + 120)
+            reader.wait_for("done", 120)
+            cpu, seconds = sampler.cpu_since(), time.monotonic() - started
         finally:
-            for proc in (writer, reader):
-                if proc is not None:
-                    stop(proc)
-        n = args.records
+            for child in (writer, reader):
+                if child is not None:
+                    child.stop()
+        n, broker_s = args.records, cpu_of(cpu, "broker")
         record = {"records": n, "rate": args.rate, "seconds": round(seconds, 2),
-                  "producer_ms": round(1000 * (p1 - p0) / n, 3), "consumer_ms": round(1000 * (c1 - c0) / n, 3),
-                  "broker_ms": round(1000 * (b1 - b0) / n, 3),
-                  "broker_above_idle_ms": round(1000 * (b1 - b0 - broker_idle * seconds) / n, 3)}  # fmt: skip
+                  "producer_ms": round(1000 * cpu_of(cpu, "producer") / n, 3),
+                  "consumer_ms": round(1000 * cpu_of(cpu, "consumer") / n, 3),
+                  "broker_ms": round(1000 * broker_s / n, 3),
+                  "broker_above_idle_ms": round(1000 * (broker_s - broker_idle * seconds) / n, 3)}  # fmt: skip
     return {"broker": "Apache Kafka (local, one KRaft node, C1 only)", "client": args.client, "cpu_count": os.cpu_count(),
             "broker_idle_cores": round(broker_idle, 5), "idle_consumers": args.idle_consumers,
             "idle_consumer": per_consumer, "record": record}  # fmt: skip
